@@ -1,0 +1,106 @@
+"""The adapter contract: a thin wrapper that drives one parser the way its server does.
+
+An adapter has two halves, kept apart on purpose:
+
+* the *glue* (imports, request objects, attribute look-ups): written against one
+  release of the parser's package.  When the installed release no longer has what the
+  glue needs, the adapter raises :class:`AdapterGlueError` and every cell of that
+  adapter becomes ``adapter-error``: a fact about the adapter, never a parser finding;
+* the *parser's own calls*, each made through :func:`call_parser`: an exception in
+  there is the parser's, and becomes a ``crash`` finding.
+
+Any other exception escaping an adapter is treated as glue breakage too, so an adapter
+bug can never be counted against the parser it wraps.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from abc import ABC, abstractmethod
+from typing import Any, Callable, ClassVar, Sequence, TypeVar
+
+from k2conform.model import Delta, Request, Result, StreamEvent
+
+T = TypeVar("T")
+
+
+class AdapterUnavailable(Exception):
+    """The parser's package is not installed here; the adapter reports ``unavailable``."""
+
+
+class AdapterGlueError(Exception):
+    """The adapter's glue does not fit the installed release (a missing API, a changed signature)."""
+
+    def __init__(self, api: str, detail: str = "") -> None:
+        self.api = api
+        super().__init__(f"{api}: {detail}" if detail else api)
+
+
+class ParserCrash(Exception):
+    """The parser under test raised while parsing; wraps its exception."""
+
+    def __init__(self, cause: BaseException) -> None:
+        self.cause = cause
+        super().__init__(f"{type(cause).__name__}: {cause}")
+
+
+def call_parser(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Call into the parser under test; anything it raises is the parser's crash."""
+    try:
+        return function(*args, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - every parser exception is a finding
+        raise ParserCrash(exc) from exc
+
+
+def require_api(owner: Any, *names: str, owner_name: str | None = None) -> None:
+    """Check, when the adapter loads, that the parser's package still has these attributes."""
+    label = owner_name or getattr(owner, "__name__", type(owner).__name__)
+    for name in names:
+        if not hasattr(owner, name):
+            raise AdapterGlueError(f"{label}.{name}", "missing in the installed release")
+
+
+class Adapter(ABC):
+    """One parser under test.  Subclasses set the class attributes and the two parse methods.
+
+    ``load`` is called once per process before any parse (imports are slow: vLLM takes
+    seconds); it raises :class:`AdapterUnavailable` or :class:`AdapterGlueError`.
+    """
+
+    #: The name used on the command line and in reports.
+    name: ClassVar[str]
+    #: The distribution whose installed version the adapter reports (None: this project).
+    package: ClassVar[str | None] = None
+    #: The releases the glue was written and checked against.
+    supported_versions: ClassVar[tuple[str, ...]] = ()
+    #: One line for ``list-adapters``.
+    description: ClassVar[str] = ""
+
+    def version(self) -> str | None:
+        """The installed release of the parser's package, or None when it is not installed."""
+        if self.package is None:
+            from k2conform import __version__
+
+            return __version__
+        try:
+            return importlib.metadata.version(self.package)
+        except importlib.metadata.PackageNotFoundError:
+            return None
+
+    def supported(self) -> bool | None:
+        """Whether the installed release is one the glue was written for (None: unknown)."""
+        installed = self.version()
+        if installed is None or not self.supported_versions:
+            return None
+        return installed in self.supported_versions
+
+    def load(self) -> None:
+        """Import the parser and check the API the glue needs."""
+
+    @abstractmethod
+    def parse_whole(self, request: Request, output: Delta) -> Result:
+        """Parse the complete output with the one-shot API."""
+
+    @abstractmethod
+    def parse_stream(self, request: Request, deltas: Sequence[Delta]) -> list[StreamEvent]:
+        """Feed the deltas one by one to the streaming API; return every delta message sent."""

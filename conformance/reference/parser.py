@@ -1,0 +1,467 @@
+"""The reference parser: one incremental state machine for one-shot and streaming parses.
+
+One-shot parsing is ``feed(whole_text)`` then ``finish()``; streaming is ``feed`` per
+delta then ``finish``.  The machine never rescans what it has consumed: it keeps only
+a held-back tail that might still become a marker (at most one marker long), so any
+split of the input gives the same result and the total work is linear in its length.
+The choices the spec leaves open are named in :mod:`k2conform.reference.policies`.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+from k2conform import markers as mk
+from k2conform.model import Request, Result, StreamEvent, ToolCall, ToolCallDelta, tool_name
+
+
+class State(enum.Enum):
+    THINK = "think"
+    TEXT = "text"
+    SECTION = "section"
+    HEADER = "header"
+    ARGS = "args"
+    DONE = "done"
+
+
+_SECTION_BEGINS = (mk.SECTION_BEGIN, mk.SECTION_BEGIN_SINGULAR)
+_SECTION_ENDS = (mk.SECTION_END, mk.SECTION_END_SINGULAR)
+
+#: The markers each state reacts to; any other text there is that state's text.
+_STATE_MARKERS: dict[State, tuple[str, ...]] = {
+    State.THINK: (mk.THINK_END, *_SECTION_BEGINS, mk.CALL_BEGIN, mk.IM_END),
+    State.TEXT: (*_SECTION_BEGINS, mk.CALL_BEGIN, mk.IM_END),
+    State.SECTION: (mk.CALL_BEGIN, *_SECTION_ENDS, mk.IM_END, mk.ARGUMENT_BEGIN, mk.CALL_END, *_SECTION_BEGINS),
+    State.HEADER: (mk.ARGUMENT_BEGIN, mk.CALL_BEGIN, *_SECTION_ENDS, mk.CALL_END, mk.IM_END, *_SECTION_BEGINS),
+    State.ARGS: (mk.CALL_END, mk.CALL_BEGIN, *_SECTION_ENDS, mk.IM_END, mk.ARGUMENT_BEGIN, *_SECTION_BEGINS),
+}
+#: Markers that end the arguments; inside a JSON string they are literal (ARGS.marker-in-string).
+_ARGS_TERMINATORS = frozenset((mk.CALL_END, mk.CALL_BEGIN, *_SECTION_ENDS, mk.IM_END))
+
+_ARGS_OUTSIDE_STRING = re.compile(r'["<]')
+_ARGS_INSIDE_STRING = re.compile(r'["\\<]')
+_WHITESPACE = " \t\r\n"
+_INDEX_SUFFIX = re.compile(r"\s*[0-9]+\s*")
+
+
+@dataclass
+class _Call:
+    index: int
+    id: str
+    name: str
+    infer: bool  # ID.foreign: the name is inferred from the arguments when the call ends
+    args: list[str] = field(default_factory=list)
+
+
+class ReferenceParser:
+    """Incremental Kimi K2 parser.  ``feed`` returns the stream events of that delta."""
+
+    def __init__(self, request: Request | None = None) -> None:
+        request = request or Request()
+        self._tools: dict[str, Mapping[str, Any]] = {
+            tool_name(t): t["function"].get("parameters") or {} for t in request.tools
+        }
+        self._state = State.THINK if request.thinking else State.TEXT
+        self._at_output_start = request.thinking
+        self._pending = ""  # a held-back tail that may still become a marker
+        self._header: list[str] = []
+        self._calls: list[_Call] = []
+        self._content: list[str] = []
+        self._reasoning: list[str] = []
+        self._events: list[tuple] = []
+        self._policies: dict[str, None] = {}
+        # Arguments state
+        self._in_string = False
+        self._args_started = False
+        self._args_whitespace = ""  # trailing whitespace outside strings, held until more comes
+        self._held: list[str] | None = None  # args text after a marker inside a string
+        self._markers_trusted = False
+        self._section_seen = False
+        if not request.thinking:
+            self._fire("THINK.off")
+
+    # -- public API -------------------------------------------------------------------
+
+    def feed(self, text: str) -> StreamEvent | None:
+        data = self._pending + text
+        self._pending = ""
+        self._scan(data, final=False)
+        return self._drain()
+
+    def finish(self) -> StreamEvent | None:
+        data, self._pending = self._pending, ""
+        if data.startswith("<") and self._state is not State.DONE:
+            self._fire("STRUCT.partial-marker-at-end")
+        self._scan(data, final=True)
+        if self._state is State.ARGS and self._held is not None:
+            self._reinterpret_unterminated_string()
+        self._close_at_end()
+        return self._drain()
+
+    def result(self) -> Result:
+        calls = tuple(
+            ToolCall(name=c.name, arguments="".join(c.args), id=c.id) for c in self._calls
+        )
+        return Result(
+            content="".join(self._content) or None,
+            reasoning="".join(self._reasoning) or None,
+            tool_calls=calls,
+            meta={"policies": list(self._policies)},
+        )
+
+    # -- scanning ---------------------------------------------------------------------
+
+    def _scan(self, data: str, final: bool) -> None:
+        pos = 0
+        n = len(data)
+        while pos < n and self._state is not State.DONE:
+            if self._state is State.ARGS:
+                pos = self._scan_args(data, pos, final)
+                continue
+            if self._at_output_start:
+                if len(data) - pos < len(mk.THINK_BEGIN) and mk.THINK_BEGIN.startswith(data[pos:]) and not final:
+                    self._pending = data[pos:]
+                    return
+                self._at_output_start = False
+                if data.startswith(mk.THINK_BEGIN, pos):
+                    self._fire("THINK.leading-open-tag")
+                    pos += len(mk.THINK_BEGIN)
+                    continue
+            i = data.find("<", pos)
+            if i < 0:
+                self._text(data[pos:])
+                return
+            if i > pos:
+                self._text(data[pos:i])
+            marker, need_more = _marker_at(data, i, _STATE_MARKERS[self._state], final)
+            if need_more:
+                self._pending = data[i:]
+                return
+            if marker is None:
+                self._text("<")
+                pos = i + 1
+            else:
+                pos = i + len(marker)
+                self._marker(marker)
+
+    def _scan_args(self, data: str, pos: int, final: bool) -> int:
+        """Consume argument text up to the next structural marker; return the new position."""
+        n = len(data)
+        pattern = _ARGS_INSIDE_STRING if self._in_string else _ARGS_OUTSIDE_STRING
+        m = pattern.search(data, pos)
+        if m is None:
+            self._args_text(data[pos:])
+            return n
+        i = m.start()
+        char = data[i]
+        if char == "\\":
+            if i + 1 >= n and not final:
+                self._args_text(data[pos:i])
+                self._pending = data[i:]
+                return n
+            self._args_text(data[pos : i + 2])
+            return i + 2
+        if char == '"':
+            self._args_text(data[pos : i + 1])
+            if self._in_string and self._held is not None:
+                self._commit_held()
+            self._in_string = not self._in_string
+            return i + 1
+        marker, need_more = _marker_at(data, i, _STATE_MARKERS[State.ARGS], final)
+        if need_more:
+            self._args_text(data[pos:i])
+            self._pending = data[i:]
+            return n
+        if marker is None:
+            self._args_text(data[pos : i + 1])
+            return i + 1
+        if self._in_string and not self._markers_trusted:
+            self._fire("ARGS.marker-in-string")
+            self._args_text(data[pos:i])
+            if marker in _ARGS_TERMINATORS and self._held is None:
+                self._held = []
+            self._args_text(marker)
+            return i + len(marker)
+        self._args_text(data[pos:i])
+        self._marker(marker)
+        return i + len(marker)
+
+    # -- text of each state -----------------------------------------------------------
+
+    def _text(self, text: str) -> None:
+        if not text:
+            return
+        state = self._state
+        if state is State.TEXT:
+            self._content.append(text)
+            self._events.append(("content", text))
+            if self._section_seen:
+                self._fire("STRUCT.text-after-section")
+        elif state is State.THINK:
+            self._reasoning.append(text)
+            self._events.append(("reasoning", text))
+        elif state is State.HEADER:
+            self._header.append(text)
+        elif state is State.SECTION and text.strip(_WHITESPACE):
+            self._fire("STRUCT.section-noise")
+
+    def _args_text(self, text: str) -> None:
+        if not text:
+            return
+        if self._held is not None:
+            self._held.append(text)
+            return
+        if not self._in_string:
+            if not self._args_started:
+                text = text.lstrip(_WHITESPACE)
+                if not text:
+                    return
+            stripped = text.rstrip(_WHITESPACE)
+            text, trailing = self._args_whitespace + stripped, text[len(stripped) :]
+            self._args_whitespace = trailing
+            if not stripped:
+                self._args_whitespace = text + trailing
+                return
+        else:
+            text, self._args_whitespace = self._args_whitespace + text, ""
+        self._args_started = True
+        call = self._calls[-1]
+        call.args.append(text)
+        if not call.infer:
+            self._events.append(("args", call.index, text))
+
+    def _commit_held(self) -> None:
+        held, self._held = self._held or [], None
+        for text in held:
+            self._args_text(text)
+
+    def _reinterpret_unterminated_string(self) -> None:
+        """ARGS.unterminated-string: the swallowed marker was structural; parse the rest again."""
+        self._fire("ARGS.unterminated-string")
+        held, self._held = "".join(self._held or ()), None
+        self._in_string = False
+        self._markers_trusted = True
+        self._scan(held, final=True)
+
+    # -- markers ----------------------------------------------------------------------
+
+    def _marker(self, marker: str) -> None:
+        state = self._state
+        if marker == mk.IM_END:
+            self._close_at_end()
+            self._fire("END.im-end")
+            return
+        if state in (State.TEXT, State.THINK):
+            if state is State.THINK:
+                self._fire("THINK.end" if marker == mk.THINK_END else "THINK.implicit-end-at-section")
+                if marker == mk.THINK_END:
+                    self._state = State.TEXT
+                    return
+            self._open_section(marker)
+            if marker == mk.CALL_BEGIN:
+                self._begin_header()
+            return
+        if state is State.ARGS and marker != mk.CALL_END and marker not in _SECTION_BEGINS + (mk.ARGUMENT_BEGIN,):
+            self._fire("STRUCT.missing-call-end")
+        if marker == mk.CALL_BEGIN:
+            self._end_call()
+            self._begin_header()
+        elif marker in _SECTION_ENDS:
+            self._end_call()
+            if marker == mk.SECTION_END_SINGULAR:
+                self._fire("STRUCT.singular-section-markers")
+            self._state = State.TEXT
+        elif marker == mk.ARGUMENT_BEGIN and state is State.HEADER:
+            self._begin_args()
+        elif marker == mk.CALL_END and state in (State.ARGS, State.HEADER):
+            self._end_call()
+        else:
+            self._fire("STRUCT.stray-marker")
+
+    def _open_section(self, marker: str) -> None:
+        if self._section_seen:
+            self._fire("STRUCT.several-sections")
+        self._section_seen = True
+        if marker == mk.CALL_BEGIN:
+            self._fire("STRUCT.call-without-section")
+        elif marker == mk.SECTION_BEGIN_SINGULAR:
+            self._fire("STRUCT.singular-section-markers")
+        self._state = State.SECTION
+
+    def _begin_header(self) -> None:
+        self._header = []
+        self._state = State.HEADER
+
+    def _begin_args(self) -> None:
+        raw_id = "".join(self._header)
+        call_id = raw_id.strip(_WHITESPACE)
+        if call_id != raw_id:
+            self._fire("ID.whitespace")
+        name, infer = self._resolve_name(call_id)
+        call = _Call(index=len(self._calls), id=call_id, name=name, infer=infer)
+        self._calls.append(call)
+        if not infer:
+            self._events.append(("call", call.index, call.id, name))
+        self._state = State.ARGS
+        self._in_string = False
+        self._args_started = False
+        self._args_whitespace = ""
+        self._held = None
+
+    def _end_call(self) -> None:
+        """Close whatever call is open: a header is dropped, arguments are kept."""
+        if self._state is State.HEADER:
+            self._fire("STRUCT.truncated-header")
+            self._state = State.SECTION
+        if self._state is not State.ARGS:
+            return
+        call = self._calls[-1]
+        self._args_whitespace = ""
+        arguments = "".join(call.args)
+        if call.infer:
+            call.name = self._infer_name(call.name, arguments)
+            self._events.append(("call", call.index, call.id, call.name))
+            if arguments:
+                self._events.append(("args", call.index, arguments))
+        if not arguments:
+            self._fire("ARGS.empty")
+        elif not _is_json(arguments):
+            self._fire("ARGS.invalid-json")
+        self._state = State.SECTION
+
+    def _close_at_end(self) -> None:
+        state = self._state
+        if state is State.ARGS:
+            self._fire("STRUCT.missing-call-end")
+        self._end_call()
+        if state in (State.SECTION, State.HEADER, State.ARGS):
+            self._fire("STRUCT.missing-section-end")
+        elif state is State.THINK:
+            self._fire("THINK.unterminated")
+        self._state = State.DONE
+
+    # -- names ------------------------------------------------------------------------
+
+    def _resolve_name(self, call_id: str) -> tuple[str, bool]:
+        """The function name the id carries, and whether to infer it from the arguments."""
+        has_prefix = call_id.startswith("functions.")
+        stem = call_id[len("functions.") :] if has_prefix else call_id
+        if not has_prefix:
+            self._fire("ID.no-prefix")
+        base, colon, index = stem.rpartition(":")
+        if colon and _INDEX_SUFFIX.fullmatch(index):
+            name = base
+            if ":" in base:
+                self._fire("ID.colon-in-name")
+            if has_prefix:
+                self._fire("ID.standard")
+        else:
+            name = stem
+            self._fire("ID.no-index")
+        if "." in name:
+            self._fire("ID.dotted-name")
+        if not self._tools or name in self._tools:
+            return name, False
+        for suffix in _dotted_suffixes(name):
+            if suffix in self._tools:
+                return suffix, False
+        if not has_prefix:
+            self._fire("ID.foreign")
+            return name, True
+        self._fire("ID.undeclared-name")
+        return name, False
+
+    def _infer_name(self, fallback: str, arguments: str) -> str:
+        """ID.foreign: the one declared tool that accepts the arguments, else the id stem."""
+        try:
+            args = json.loads(arguments)
+        except ValueError:
+            args = None
+        fits = [name for name, schema in self._tools.items() if _accepts(schema, args)]
+        return fits[0] if len(fits) == 1 else fallback
+
+    # -- events -----------------------------------------------------------------------
+
+    def _fire(self, policy: str) -> None:
+        self._policies.setdefault(policy, None)
+
+    def _drain(self) -> StreamEvent | None:
+        events, self._events = self._events, []
+        return events_to_stream_event(events)
+
+
+def events_to_stream_event(events: Sequence[tuple]) -> StreamEvent | None:
+    """Merge the parser's events of one delta into one OpenAI delta message."""
+    if not events:
+        return None
+    content: list[str] = []
+    reasoning: list[str] = []
+    calls: list[ToolCallDelta] = []
+    for event in events:
+        kind = event[0]
+        if kind == "content":
+            content.append(event[1])
+        elif kind == "reasoning":
+            reasoning.append(event[1])
+        elif kind == "call":
+            calls.append(ToolCallDelta(index=event[1], id=event[2], name=event[3], arguments=""))
+        else:
+            index, text = event[1], event[2]
+            if calls and calls[-1].index == index:
+                last = calls[-1]
+                calls[-1] = ToolCallDelta(last.index, last.id, last.name, (last.arguments or "") + text)
+            else:
+                calls.append(ToolCallDelta(index=index, arguments=text))
+    return StreamEvent(
+        content="".join(content) if content else None,
+        reasoning="".join(reasoning) if reasoning else None,
+        tool_calls=tuple(calls),
+    )
+
+
+def _marker_at(data: str, i: int, markers: Iterable[str], final: bool) -> tuple[str | None, bool]:
+    """The marker starting at ``data[i]``; or whether the text there may still become one."""
+    rest = len(data) - i
+    may_grow = False
+    for marker in markers:
+        if data.startswith(marker, i):
+            return marker, False
+        if not final and rest < len(marker) and marker.startswith(data[i:]):
+            may_grow = True
+    return None, may_grow
+
+
+def _dotted_suffixes(name: str) -> Iterable[str]:
+    parts = name.split(".")
+    for k in range(1, len(parts)):
+        yield ".".join(parts[k:])
+
+
+def _is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _accepts(schema: Mapping[str, Any], args: Any) -> bool:
+    """A loose schema fit: an object with every required key and no unknown property."""
+    if not isinstance(args, dict):
+        return False
+    properties = schema.get("properties") or {}
+    if any(key not in args for key in schema.get("required") or ()):
+        return False
+    return not properties or all(key in properties for key in args)
+
+
+def parse(text: str, request: Request | None = None) -> Result:
+    """One-shot parse of a complete model output."""
+    parser = ReferenceParser(request)
+    parser.feed(text)
+    parser.finish()
+    return parser.result()
