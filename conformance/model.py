@@ -145,8 +145,8 @@ class StreamEvent:
 
 
 def dumps_canonical(data: Any) -> str:
-    """JSON text used for files and snapshots: sorted keys, non-ASCII kept visible."""
-    return json.dumps(data, ensure_ascii=False, indent=2, sort_keys=True) + "\n"
+    """JSON text used for files: keys in the writer's order (tool schemas stay byte-exact), non-ASCII visible."""
+    return json.dumps(data, ensure_ascii=False, indent=2) + "\n"
 
 
 def join_text(parts: Sequence[str | None]) -> str | None:

@@ -301,6 +301,8 @@ class ReferenceParser:
         call_id = raw_id.strip(_WHITESPACE)
         if call_id != raw_id:
             self._fire("ID.whitespace")
+        self._fire("ID.verbatim")
+        self._fire("ARGS.raw")
         name, infer = self._resolve_name(call_id)
         call = _Call(index=len(self._calls), id=call_id, name=name, infer=infer)
         self._calls.append(call)

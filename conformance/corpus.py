@@ -1,0 +1,355 @@
+"""Case files: one JSON file per case, validated field by field.
+
+A completion case (``"kind": "completion"``) is a model output with the request it
+answers and the expected canonical result; a prompt case (``"kind": "prompt"``) is a
+conversation with the expected prompt stream, byte for byte.  The id's prefix is the
+verdict, JSONTestSuite style: ``y_`` well-formed (must parse to the expectation),
+``n_`` malformed (the required behaviour is defined by the expectation), ``i_``
+implementation-defined (recorded, not judged).  JSON escapes make every invisible
+character (trailing space, tab, CR, missing final newline) unambiguous.
+
+The loader reports the first problem of a bad file with its path and the offending
+field; nothing is skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Sequence
+
+from k2conform.model import Delta, Request, Result, ToolCall, dumps_canonical
+
+VERDICTS = {"y": "well-formed", "n": "malformed", "i": "implementation-defined"}
+_ID_PATTERN = re.compile(r"^[yni]_[a-z0-9][a-z0-9_.\-]*$")
+_COMPLETION_KEYS = {
+    "id": True, "kind": True, "description": True, "tags": True, "source": True,
+    "request": True, "model_output": False, "deltas": False, "expected": False, "generator": False,
+}
+_PROMPT_KEYS = {
+    "id": True, "kind": True, "description": True, "tags": True, "source": True,
+    "messages": True, "tools": False, "add_generation_prompt": True, "expected_prompt": True,
+}
+
+
+class CorpusError(ValueError):
+    """A case file that does not follow the format: names the file and the field."""
+
+    def __init__(self, path: Path | str, field_name: str, message: str) -> None:
+        self.path = str(path)
+        self.field = field_name
+        super().__init__(f"{path}: field '{field_name}': {message}")
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """The expected canonical result of a completion case (outcome is always ``ok``)."""
+
+    content: str | None
+    reasoning: str | None
+    tool_calls: tuple[ToolCall, ...]
+
+    def as_result(self) -> Result:
+        return Result(self.content, self.reasoning, self.tool_calls)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "content": self.content,
+            "reasoning": self.reasoning,
+            "tool_calls": [c.to_json() for c in self.tool_calls],
+        }
+
+
+@dataclass(frozen=True)
+class CompletionCase:
+    id: str
+    description: str
+    tags: tuple[str, ...]
+    source: str
+    request: Request
+    model_output: str
+    deltas: tuple[str, ...] | None
+    expected: Expectation | None
+    generator: Mapping[str, Any] | None = None
+    path: str = ""
+
+    kind = "completion"
+
+    @property
+    def verdict(self) -> str:
+        return self.id[0]
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "id": self.id,
+            "kind": self.kind,
+            "description": self.description,
+            "tags": list(self.tags),
+            "source": self.source,
+            "request": self.request.to_json(),
+            "model_output": self.model_output,
+        }
+        if self.deltas is not None:
+            data["deltas"] = list(self.deltas)
+        if self.expected is not None:
+            data["expected"] = self.expected.to_json()
+        if self.generator is not None:
+            data["generator"] = dict(self.generator)
+        return data
+
+
+@dataclass(frozen=True)
+class PromptCase:
+    id: str
+    description: str
+    tags: tuple[str, ...]
+    source: str
+    messages: tuple[Mapping[str, Any], ...]
+    tools: tuple[Mapping[str, Any], ...]
+    add_generation_prompt: bool
+    expected_prompt: str
+    path: str = ""
+
+    kind = "prompt"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "description": self.description,
+            "tags": list(self.tags),
+            "source": self.source,
+            "messages": list(self.messages),
+            "tools": list(self.tools),
+            "add_generation_prompt": self.add_generation_prompt,
+            "expected_prompt": self.expected_prompt,
+        }
+
+
+Case = CompletionCase | PromptCase
+
+
+@dataclass
+class Corpus:
+    completions: list[CompletionCase] = field(default_factory=list)
+    prompts: list[PromptCase] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.completions) + len(self.prompts)
+
+
+def default_corpus_dir() -> Path:
+    """The corpus shipped with this checkout (or beside an installed package)."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here.parent / "corpus", here / "corpus"):
+        if candidate.is_dir():
+            return candidate
+    raise FileNotFoundError("no corpus directory found beside the k2conform package")
+
+
+def load_corpus(root: Path | str | None = None) -> Corpus:
+    """Load and validate every ``*.json`` case under ``root``; raise on the first bad file."""
+    root = Path(root) if root is not None else default_corpus_dir()
+    if not root.exists():
+        raise CorpusError(root, "-", "no such directory")
+    corpus = Corpus()
+    seen: dict[str, str] = {}
+    for path in sorted(root.rglob("*.json")):
+        case = load_case(path)
+        if case.id in seen:
+            raise CorpusError(path, "id", f"duplicate id, also in {seen[case.id]}")
+        seen[case.id] = str(path)
+        (corpus.completions if isinstance(case, CompletionCase) else corpus.prompts).append(case)
+    return corpus
+
+
+def iter_problems(root: Path | str) -> Iterator[CorpusError]:
+    """Every bad file under ``root`` (for ``check-corpus``, which reports them all)."""
+    seen: dict[str, str] = {}
+    for path in sorted(Path(root).rglob("*.json")):
+        try:
+            case = load_case(path)
+        except CorpusError as error:
+            yield error
+            continue
+        if case.id in seen:
+            yield CorpusError(path, "id", f"duplicate id, also in {seen[case.id]}")
+        seen[case.id] = str(path)
+
+
+def load_case(path: Path | str) -> Case:
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as error:
+        raise CorpusError(path, "-", f"not UTF-8: {error}") from None
+    except json.JSONDecodeError as error:
+        raise CorpusError(path, "-", f"not JSON: {error}") from None
+    return case_from_json(data, path)
+
+
+def case_from_json(data: Any, path: Path | str = "<memory>") -> Case:
+    check = _Checker(path)
+    check.object(data, "", {"kind": True}, strict=False)
+    kind = data["kind"]
+    if kind == "completion":
+        return _completion(data, check, str(path))
+    if kind == "prompt":
+        return _prompt(data, check, str(path))
+    raise CorpusError(path, "kind", f"must be 'completion' or 'prompt', not {kind!r}")
+
+
+def write_case(case: Case, directory: Path | str) -> Path:
+    """Write a case as ``DIR/<id>.json`` in the canonical layout (what the generator writes)."""
+    path = Path(directory) / f"{case.id}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(dumps_canonical(case.to_json()), encoding="utf-8")
+    return path
+
+
+def _common(data: Mapping[str, Any], check: _Checker) -> tuple[str, str, tuple[str, ...], str]:
+    case_id = check.string(data["id"], "id")
+    if not _ID_PATTERN.match(case_id):
+        raise CorpusError(check.path, "id", f"{case_id!r} must match {_ID_PATTERN.pattern} (y_/n_/i_ prefix)")
+    stem = Path(check.path).stem
+    if check.path != "<memory>" and stem != case_id:
+        raise CorpusError(check.path, "id", f"{case_id!r} differs from the file name {stem!r}")
+    description = check.string(data["description"], "description")
+    if not description.strip() or "\n" in description:
+        raise CorpusError(check.path, "description", "must be one non-empty line")
+    tags = tuple(check.string(t, f"tags[{i}]") for i, t in enumerate(check.array(data["tags"], "tags")))
+    source = check.string(data["source"], "source")
+    return case_id, description, tags, source
+
+
+def _completion(data: Mapping[str, Any], check: _Checker, path: str) -> CompletionCase:
+    check.object(data, "", _COMPLETION_KEYS)
+    case_id, description, tags, source = _common(data, check)
+    request = _request(data["request"], check)
+    deltas = None
+    if "deltas" in data:
+        deltas = tuple(
+            check.string(d, f"deltas[{i}]") for i, d in enumerate(check.array(data["deltas"], "deltas"))
+        )
+    if "model_output" in data:
+        model_output = check.string(data["model_output"], "model_output")
+        if deltas is not None and "".join(deltas) != model_output:
+            raise CorpusError(path, "deltas", "do not concatenate to model_output")
+    elif deltas is not None:
+        model_output = "".join(deltas)
+    else:
+        raise CorpusError(path, "model_output", "required (or deltas)")
+    expected = None
+    if "expected" in data:
+        expected = _expectation(data["expected"], check, "expected")
+    elif case_id[0] != "i":
+        raise CorpusError(path, "expected", "required for y_ and n_ cases")
+    generator = None
+    if "generator" in data:
+        generator = check.object(data["generator"], "generator", {"class": True, "seed": True}, strict=False)
+    return CompletionCase(case_id, description, tags, source, request, model_output, deltas, expected, generator, path)
+
+
+def _prompt(data: Mapping[str, Any], check: _Checker, path: str) -> PromptCase:
+    check.object(data, "", _PROMPT_KEYS)
+    case_id, description, tags, source = _common(data, check)
+    messages = tuple(
+        check.object(m, f"messages[{i}]", {"role": True}, strict=False)
+        for i, m in enumerate(check.array(data["messages"], "messages"))
+    )
+    tools = _tools(data.get("tools", []), check, "tools")
+    add = data["add_generation_prompt"]
+    if not isinstance(add, bool):
+        raise CorpusError(path, "add_generation_prompt", "must be true or false")
+    expected_prompt = check.string(data["expected_prompt"], "expected_prompt")
+    return PromptCase(case_id, description, tags, source, messages, tools, add, expected_prompt, path)
+
+
+def _request(data: Any, check: _Checker) -> Request:
+    check.object(data, "request", {"tools": False, "tool_choice": False, "thinking": False})
+    tools = _tools(data.get("tools", []), check, "request.tools")
+    tool_choice = data.get("tool_choice", "auto")
+    if isinstance(tool_choice, str):
+        if tool_choice not in ("auto", "none", "required"):
+            raise CorpusError(check.path, "request.tool_choice", "must be auto, none, required or a named choice")
+    else:
+        check.object(tool_choice, "request.tool_choice", {"type": True, "function": True})
+    thinking = data.get("thinking", False)
+    if not isinstance(thinking, bool):
+        raise CorpusError(check.path, "request.thinking", "must be true or false")
+    return Request(tools=tools, tool_choice=tool_choice, thinking=thinking)
+
+
+def _tools(data: Any, check: _Checker, where: str) -> tuple[Mapping[str, Any], ...]:
+    tools = []
+    for i, tool in enumerate(check.array(data, where)):
+        check.object(tool, f"{where}[{i}]", {"type": True, "function": True})
+        if tool["type"] != "function":
+            raise CorpusError(check.path, f"{where}[{i}].type", "must be 'function'")
+        function = check.object(tool["function"], f"{where}[{i}].function", {"name": True}, strict=False)
+        check.string(function["name"], f"{where}[{i}].function.name")
+        tools.append(tool)
+    return tuple(tools)
+
+
+def _expectation(data: Any, check: _Checker, where: str) -> Expectation:
+    check.object(data, where, {"content": True, "reasoning": True, "tool_calls": True})
+    calls = []
+    for i, call in enumerate(check.array(data["tool_calls"], f"{where}.tool_calls")):
+        at = f"{where}.tool_calls[{i}]"
+        check.object(call, at, {"id": True, "name": True, "arguments": True})
+        calls.append(
+            ToolCall(
+                name=check.string(call["name"], f"{at}.name"),
+                arguments=check.string(call["arguments"], f"{at}.arguments"),
+                id=check.optional_string(call["id"], f"{at}.id"),
+            )
+        )
+    return Expectation(
+        content=check.optional_string(data["content"], f"{where}.content"),
+        reasoning=check.optional_string(data["reasoning"], f"{where}.reasoning"),
+        tool_calls=tuple(calls),
+    )
+
+
+@dataclass
+class _Checker:
+    path: Path | str
+
+    def object(self, value: Any, where: str, keys: Mapping[str, bool], strict: bool = True) -> Mapping[str, Any]:
+        """``keys`` maps each allowed key to whether it is required."""
+        label = where or "<top>"
+        if not isinstance(value, dict):
+            raise CorpusError(self.path, label, f"must be an object, not {type(value).__name__}")
+        for key, required in keys.items():
+            if required and key not in value:
+                raise CorpusError(self.path, _join(where, key), "missing")
+        if strict:
+            for key in value:
+                if key not in keys:
+                    raise CorpusError(self.path, _join(where, key), f"unknown field (allowed: {', '.join(keys)})")
+        return value
+
+    def array(self, value: Any, where: str) -> Sequence[Any]:
+        if not isinstance(value, list):
+            raise CorpusError(self.path, where, f"must be an array, not {type(value).__name__}")
+        return value
+
+    def string(self, value: Any, where: str) -> str:
+        if not isinstance(value, str):
+            raise CorpusError(self.path, where, f"must be a string, not {type(value).__name__}")
+        return value
+
+    def optional_string(self, value: Any, where: str) -> str | None:
+        return None if value is None else self.string(value, where)
+
+
+def _join(where: str, key: str) -> str:
+    return f"{where}.{key}" if where else key
+
+
+def deltas_of(case: CompletionCase) -> tuple[Delta, ...] | None:
+    """The case's own recorded deltas, when it has them."""
+    return None if case.deltas is None else tuple(Delta(d) for d in case.deltas)

@@ -1,0 +1,147 @@
+"""Delivery modes: how a case's model output reaches an adapter.
+
+Every mode starts from one tokenisation of the output (the stand-in Kimi tokenizer or
+the real one), so every delta carries the token ids an engine would send with it: a
+token's id travels with the delta in which its text ends.  A token whose bytes are
+an incomplete UTF-8 character adds no text (an incremental detokenizer holds them back),
+so token-aligned deltas can be empty strings with ids, as engines send them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+from k2conform import markers as mk
+from k2conform.model import Delta
+
+MODES: dict[str, str] = {
+    "whole": "the complete output, through the one-shot API",
+    "stream-token": "one token per delta, as an engine streams it",
+    "stream-burst": "BURST tokens per delta (default 4), as speculative decoding streams it",
+    "stream-char": "one character per delta",
+    "stream-marker-split": "token-aligned, with every marker split at offset k, one stream per k",
+    "stream-random": "seeded random cut points; the seed is recorded with the result",
+    "stream-recorded": "the case's own recorded deltas (only cases that have them)",
+}
+DEFAULT_MODES = tuple(m for m in MODES if m != "stream-recorded")
+DEFAULT_BURST = 4
+DEFAULT_SEED = 20261130
+
+#: Markers whose every inner split point stream-marker-split exercises.
+SPLIT_MARKERS: tuple[str, ...] = mk.LEAK_MARKERS + (mk.IM_END, mk.THINK_BEGIN, mk.THINK_END)
+
+
+class Tokenizer(Protocol):
+    def tokenize_spans(self, text: str) -> list[tuple[int, str]]: ...
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One way of feeding an output: the mode, the variant within it, and the deltas."""
+
+    mode: str
+    deltas: tuple[Delta, ...]
+    variant: str = ""
+    seed: int | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.mode}[{self.variant}]" if self.variant else self.mode
+
+    @property
+    def streaming(self) -> bool:
+        return self.mode != "whole"
+
+
+def case_seed(base_seed: int, case_id: str) -> int:
+    """A stable per-case seed: the same run seed and case id give the same splits anywhere."""
+    digest = hashlib.sha256(f"{base_seed}:{case_id}".encode()).digest()
+    return int.from_bytes(digest[:4], "big")
+
+
+def deliveries(
+    text: str,
+    mode: str,
+    tokenizer: Tokenizer,
+    *,
+    seed: int = DEFAULT_SEED,
+    recorded: Sequence[str] | None = None,
+    burst: int = DEFAULT_BURST,
+) -> list[Delivery]:
+    """The deliveries of ``text`` in ``mode`` (marker splits give several; others one)."""
+    spans = tokenizer.tokenize_spans(text)
+    if "".join(piece for _, piece in spans) != text:
+        raise ValueError("the tokenizer does not reproduce the text; cannot derive deltas")
+    if mode == "whole":
+        return [Delivery(mode, (Delta(text, tuple(i for i, _ in spans)),))]
+    if mode == "stream-token":
+        return [Delivery(mode, tuple(Delta(piece, (i,)) for i, piece in spans))]
+    if mode == "stream-burst":
+        groups = [spans[k : k + burst] for k in range(0, len(spans), burst)]
+        deltas = tuple(Delta("".join(p for _, p in g), tuple(i for i, _ in g)) for g in groups)
+        return [Delivery(mode, deltas, variant=f"k={burst}")]
+    if mode == "stream-char":
+        return [Delivery(mode, cut(text, spans, range(1, len(text))))]
+    if mode == "stream-random":
+        rng = random.Random(seed)
+        cuts, position = [], 0
+        while position < len(text):
+            position += rng.randint(1, 12)
+            cuts.append(position)
+        return [Delivery(mode, cut(text, spans, cuts), variant=f"seed={seed}", seed=seed)]
+    if mode == "stream-marker-split":
+        return _marker_splits(text, spans)
+    if mode == "stream-recorded":
+        if recorded is None:
+            return []
+        bounds, position = [], 0
+        for piece in recorded:
+            position += len(piece)
+            bounds.append(position)
+        return [Delivery(mode, cut(text, spans, bounds[:-1]))]
+    raise ValueError(f"unknown delivery mode {mode!r} (known: {', '.join(MODES)})")
+
+
+def _marker_splits(text: str, spans: list[tuple[int, str]]) -> list[Delivery]:
+    """For each offset k, one stream in which every marker is cut after its k-th character."""
+    token_bounds = _token_ends(spans)
+    occurrences = []
+    for marker in SPLIT_MARKERS:
+        start = text.find(marker)
+        while start >= 0:
+            occurrences.append((start, marker))
+            start = text.find(marker, start + len(marker))
+    longest = max((len(m) for _, m in occurrences), default=0)
+    result = []
+    for k in range(1, longest):
+        cuts = set(token_bounds)
+        cuts.update(start + k for start, marker in occurrences if k < len(marker))
+        result.append(Delivery("stream-marker-split", cut(text, spans, sorted(cuts)), variant=f"k={k}"))
+    return result
+
+
+def _token_ends(spans: list[tuple[int, str]]) -> list[int]:
+    ends, position = [], 0
+    for _, piece in spans:
+        position += len(piece)
+        ends.append(position)
+    return ends
+
+
+def cut(text: str, spans: list[tuple[int, str]], cuts: Sequence[int] | range) -> tuple[Delta, ...]:
+    """Cut ``text`` at the given offsets; each token id goes with the delta its text ends in."""
+    bounds = sorted({c for c in cuts if 0 < c < len(text)}) + [len(text)]
+    ends = _token_ends(spans)
+    deltas = []
+    start, t = 0, 0
+    for stop in bounds:
+        ids = []
+        while t < len(spans) and ends[t] <= stop:
+            ids.append(spans[t][0])
+            t += 1
+        deltas.append(Delta(text[start:stop], tuple(ids)))
+        start = stop
+    return tuple(deltas)

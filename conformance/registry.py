@@ -1,0 +1,54 @@
+"""Finding adapters: built-in and third-party ones alike come from the
+``k2conform.adapters`` entry-point group, so a plugin package needs no change here."""
+
+from __future__ import annotations
+
+import importlib.metadata
+from dataclasses import dataclass
+
+from k2conform.adapter import Adapter, AdapterGlueError, AdapterUnavailable
+
+ENTRY_POINT_GROUP = "k2conform.adapters"
+BUILTIN_ORDER = ("reference", "vllm", "sglang")
+
+
+class UnknownAdapter(KeyError):
+    def __str__(self) -> str:
+        return f"unknown adapter {self.args[0]!r} (known: {', '.join(adapter_names())})"
+
+
+def _entry_points() -> dict[str, importlib.metadata.EntryPoint]:
+    return {ep.name: ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def adapter_names() -> list[str]:
+    """Every registered adapter: the built-ins first, then plugins by name."""
+    names = list(_entry_points())
+    return [n for n in BUILTIN_ORDER if n in names] + sorted(n for n in names if n not in BUILTIN_ORDER)
+
+
+def create_adapter(name: str) -> Adapter:
+    """An adapter instance, not yet loaded."""
+    entry_point = _entry_points().get(name)
+    if entry_point is None:
+        raise UnknownAdapter(name)
+    adapter_class = entry_point.load()
+    return adapter_class()
+
+
+@dataclass(frozen=True)
+class Availability:
+    """What ``load()`` said: ``ok``, ``unavailable`` or ``adapter-error``, with the reason."""
+
+    status: str
+    reason: str = ""
+
+
+def load(adapter: Adapter) -> Availability:
+    try:
+        adapter.load()
+    except AdapterUnavailable as error:
+        return Availability("unavailable", str(error))
+    except AdapterGlueError as error:
+        return Availability("adapter-error", str(error))
+    return Availability("ok")
