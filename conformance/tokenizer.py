@@ -488,6 +488,12 @@ def standin_training_text() -> str:
             parts.append(json.dumps(call, ensure_ascii=False))
             parts.append(json.dumps(args, ensure_ascii=False, separators=(",", ":")))
             parts.append(f"I'll call {name} for {city} now; the result is {i * 17 + j}.")
+    # Every English word of the corpus again in lower and capitalised form, twice, so the
+    # stand-in learns whole-word tokens (" weather", "Weather") as a real vocabulary has.
+    words = sorted({w.lower() for w in regex.findall(r"[A-Za-z]{2,}", parts[0])})
+    for _ in range(2):
+        parts.append(" ".join(words))
+        parts.append(" ".join(w.capitalize() for w in words))
     return "\n".join(parts) + "\n"
 
 
