@@ -73,7 +73,9 @@ _EXTRA_ADDED_TOKENS: dict[str, int] = {
 }
 # In the real config the tool-call markers and <think>/</think> are ``"special": false``
 # (they survive ``skip_special_tokens=True``); the im_* tokens, [BOS], [EOS] etc. are true.
-_NOT_SPECIAL: frozenset[str] = frozenset(markers.TOOL_MARKERS + (markers.THINK_BEGIN, markers.THINK_END))
+_NOT_SPECIAL: frozenset[str] = frozenset(
+    markers.TOOL_MARKERS + (markers.THINK_BEGIN, markers.THINK_END)
+)
 
 _DATA = Path(__file__).parent / "data"
 STANDIN_RANKS_FILE = _DATA / "standin.tiktoken"
