@@ -1,0 +1,18 @@
+"""Shared fixtures: the shipped corpus, loaded once, and the hypothesis profile."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import settings
+
+import k2conform.strategies  # noqa: F401 - registers the "ci" and "deep" profiles
+from k2conform.corpus import Corpus, load_corpus
+
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture(scope="session")
+def corpus() -> Corpus:
+    return load_corpus()

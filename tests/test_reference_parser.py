@@ -1,0 +1,158 @@
+"""Properties of the reference parser: split invariance, no marker leaks, linear work,
+render→parse round trips, and one corpus case behind every named policy."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from k2conform import markers as mk
+from k2conform.corpus import load_corpus
+from k2conform.model import Request
+from k2conform.reference import parser as reference
+from k2conform.reference.parser import ReferenceParser, parse
+from k2conform.reference.policies import POLICIES
+from k2conform.strategies import chunkings, completions
+from k2conform.stream import assemble
+
+CORPUS = load_corpus()
+
+
+def stream(text: str, deltas: list[str], request: Request | None = None):
+    parser = ReferenceParser(request)
+    events = [parser.feed(d) for d in deltas] + [parser.finish()]
+    return parser.result(), events
+
+
+def observable(result):
+    return (result.content, result.reasoning, result.tool_calls)
+
+
+@pytest.mark.parametrize("case", CORPUS.completions, ids=lambda c: c.id)
+def test_reference_reproduces_every_corpus_expectation(case):
+    if case.expected is None:
+        pytest.skip("no expectation recorded")
+    result = parse(case.model_output, case.request)
+    assert observable(result) == (case.expected.content, case.expected.reasoning, case.expected.tool_calls)
+
+
+@pytest.mark.parametrize("case", CORPUS.completions, ids=lambda c: c.id)
+def test_every_single_split_point_gives_the_one_shot_result(case):
+    """Exhaustive over two-delta splits, then one character per delta."""
+    text = case.model_output
+    whole = parse(text, case.request)
+    for k in range(len(text) + 1):
+        split, events = stream(text, [text[:k], text[k:]], case.request)
+        assert observable(split) == observable(whole), f"split at {k}"
+    per_char, events = stream(text, list(text), case.request)
+    assert observable(per_char) == observable(whole)
+    assert observable(assemble(events).result) == observable(whole)
+    assert assemble(events).violations == ()
+
+
+@given(st.sampled_from(CORPUS.completions), st.data())
+def test_any_chunking_of_corpus_cases_gives_the_one_shot_result(case, data):
+    deltas = data.draw(chunkings(case.model_output))
+    result, events = stream(case.model_output, deltas, case.request)
+    whole = parse(case.model_output, case.request)
+    assert observable(result) == observable(whole)
+    assembled = assemble(events)
+    assert observable(assembled.result) == observable(whole)
+    assert assembled.violations == ()
+
+
+@given(completions(), st.data())
+def test_render_then_parse_round_trips(generated, data):
+    """Names with dots, hyphens and non-ASCII letters; nested JSON; 0 to 16 calls."""
+    for deltas in ([generated.text], data.draw(chunkings(generated.text))):
+        result, events = stream(generated.text, deltas, generated.request)
+        assert result.tool_calls == generated.calls
+        assert result.content == generated.content
+        assert observable(assemble(events).result) == observable(result)
+
+
+@given(completions(min_calls=1, with_markers=True), st.data())
+def test_marker_bytes_reach_arguments_only_inside_json_strings(generated, data):
+    result, events = stream(generated.text, data.draw(chunkings(generated.text)), generated.request)
+    for event in events:
+        if event is not None and event.content:
+            assert not any(m in event.content for m in mk.LEAK_MARKERS)
+    for call in result.tool_calls:
+        outside_strings = _strip_json_strings(call.arguments)
+        assert not any(m in outside_strings for m in mk.LEAK_MARKERS)
+
+
+def _strip_json_strings(text: str) -> str:
+    json.loads(text)  # well-formed by construction
+    out, in_string, escaped = [], False, False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        else:
+            out.append(char)
+    return "".join(out)
+
+
+def test_partial_marker_at_delta_end_is_held_back_not_leaked():
+    parser = ReferenceParser()
+    first = parser.feed("Hello <|tool_calls_sec")
+    assert first.content == "Hello "
+    second = parser.feed("tion_begin|><|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>{}<|tool_call_end|>")
+    assert second.content is None and second.tool_calls[0].name == "f"
+    assert parser.finish() is None or parser.result().content == "Hello "
+
+
+def test_a_lone_angle_bracket_is_released_once_it_cannot_be_a_marker():
+    parser = ReferenceParser()
+    assert parser.feed("a <").content == "a "
+    assert parser.feed(" b").content == "< b"
+
+
+@given(completions(min_calls=1, max_calls=4), st.data())
+def test_total_work_is_linear_no_rescans_per_delta(generated, data):
+    """The characters the scanner reads add up to the text plus a bounded held-back tail per delta."""
+    deltas = data.draw(chunkings(generated.text, max_cuts=200))
+    parser = ReferenceParser(generated.request)
+    seen = []
+    original = parser._scan
+
+    def counting_scan(chunk, final):
+        seen.append(len(chunk))
+        return original(chunk, final)
+
+    parser._scan = counting_scan
+    for delta in deltas:
+        parser.feed(delta)
+    parser.finish()
+    longest_marker = max(len(m) for m in reference._STATE_MARKERS[reference.State.ARGS] + (mk.THINK_END,))
+    assert sum(seen) <= len(generated.text) + longest_marker * (len(deltas) + 1)
+
+
+def test_every_policy_is_documented_and_exercised_by_a_tagged_corpus_case():
+    fired_by_tag: dict[str, set[str]] = {}
+    for case in CORPUS.completions:
+        policies = set(parse(case.model_output, case.request).meta["policies"])
+        assert policies <= set(POLICIES), case.id
+        for tag in case.tags:
+            if tag in policies:
+                fired_by_tag.setdefault(tag, set()).add(case.id)
+    assert set(POLICIES) - {"ID.verbatim", "ARGS.raw"} <= set(fired_by_tag), sorted(set(POLICIES) - set(fired_by_tag))
+    docs = (_repo_file("docs/policies.md")).read_text()
+    for policy in POLICIES:
+        assert f"`{policy}`" in docs, f"{policy} missing from docs/policies.md"
+
+
+def _repo_file(name):
+    from pathlib import Path
+
+    return Path(__file__).resolve().parent.parent / name
