@@ -1,0 +1,113 @@
+"""The loader rejects every malformed case file with its path and the offending field."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from k2conform.corpus import CorpusError, iter_problems, load_case, load_corpus
+
+GOOD = {
+    "id": "y_example",
+    "kind": "completion",
+    "description": "one line",
+    "tags": ["X.y"],
+    "source": "test",
+    "request": {"tools": [], "thinking": False},
+    "model_output": "hi",
+    "expected": {"content": "hi", "reasoning": None, "tool_calls": []},
+}
+
+
+def write(tmp_path, data, name=None):
+    path = tmp_path / f"{name or data.get('id', 'case')}.json"
+    path.write_text(json.dumps(data) if not isinstance(data, str) else data)
+    return path
+
+
+def mutated(**changes):
+    data = json.loads(json.dumps(GOOD))
+    for dotted, value in changes.items():
+        target, *path = dotted.split("__")
+        node = data
+        for key in [target, *path][:-1]:
+            node = node[key]
+        last = [target, *path][-1]
+        if value is KeyError:
+            del node[last]
+        else:
+            node[last] = value
+    return data
+
+
+@pytest.mark.parametrize(
+    ("data", "field"),
+    [
+        (mutated(description=KeyError), "description"),
+        (mutated(id="x_bad"), "id"),
+        (mutated(tags="X.y"), "tags"),
+        (mutated(model_output=3), "model_output"),
+        (mutated(request__thinking="yes"), "request.thinking"),
+        (mutated(request__tools=[{"type": "function", "function": {}}]), "request.tools[0].function.name"),
+        (mutated(request__tool_choice="sometimes"), "request.tool_choice"),
+        (mutated(expected__tool_calls=[{"id": None, "name": "f"}]), "expected.tool_calls[0].arguments"),
+        (mutated(expected__content=1), "expected.content"),
+        (mutated(expected=KeyError), "expected"),
+        (mutated(model_outptu="typo"), "model_outptu"),
+        (mutated(description="two\nlines"), "description"),
+        (mutated(deltas=["h", "x"]), "deltas"),
+        (mutated(kind="other"), "kind"),
+    ],
+)
+def test_bad_field_is_named_with_the_file(tmp_path, data, field):
+    path = write(tmp_path, data, name=data["id"] if str(data.get("id", "")).startswith(("y_", "n_", "i_")) else "x_bad")
+    with pytest.raises(CorpusError) as error:
+        load_case(path)
+    assert error.value.field == field
+    assert str(path) in str(error.value) and f"'{field}'" in str(error.value)
+
+
+def test_file_name_must_match_id_and_json_must_parse(tmp_path):
+    with pytest.raises(CorpusError, match="differs from the file name"):
+        load_case(write(tmp_path, GOOD, name="y_other"))
+    with pytest.raises(CorpusError, match="not JSON"):
+        load_case(write(tmp_path, "{", name="y_broken"))
+
+
+def test_i_cases_may_omit_the_expectation_and_deltas_may_replace_the_output(tmp_path):
+    data = mutated(id="i_open", expected=KeyError, model_output=KeyError)
+    data["deltas"] = ["h", "i"]
+    case = load_case(write(tmp_path, data))
+    assert case.expected is None and case.model_output == "hi" and case.deltas == ("h", "i")
+
+
+def test_duplicate_ids_and_every_problem_are_reported(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    write(tmp_path / "a", GOOD)
+    write(tmp_path / "b", GOOD)
+    write(tmp_path, mutated(id="y_two", tags=1))
+    problems = list(iter_problems(tmp_path))
+    assert {p.field for p in problems} == {"id", "tags"}
+    with pytest.raises(CorpusError):
+        load_corpus(tmp_path)
+
+
+def test_check_corpus_cli_exit_status_and_message(tmp_path):
+    ok = subprocess.run(["k2conform", "check-corpus"], capture_output=True, text=True)
+    assert ok.returncode == 0 and "cases OK" in ok.stdout
+    write(tmp_path, mutated(request__thinking="yes"))
+    bad = subprocess.run(["k2conform", "check-corpus", str(tmp_path)], capture_output=True, text=True)
+    assert bad.returncode == 1
+    assert "y_example.json: field 'request.thinking'" in bad.stderr
+
+
+def test_shipped_case_files_are_in_canonical_layout():
+    """What write_case would write: reviewers diff stable files, generators stay idempotent."""
+    from k2conform.model import dumps_canonical
+
+    for case in load_corpus().completions + load_corpus().prompts:
+        with open(case.path, encoding="utf-8") as handle:
+            assert handle.read() == dumps_canonical(case.to_json()), case.path

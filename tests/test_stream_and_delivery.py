@@ -1,0 +1,81 @@
+"""Client-side reassembly and its invariants; every delivery mode reproduces the text."""
+
+from __future__ import annotations
+
+import pytest
+
+from k2conform import markers as mk
+from k2conform.delivery import MODES, case_seed, deliveries
+from k2conform.model import StreamEvent, ToolCallDelta
+from k2conform.stream import assemble
+from k2conform.tokenizer import load_tokenizer
+
+TOKENIZER = load_tokenizer()
+TEXT = ('Zürich 天气 <|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0'
+        '<|tool_call_argument_begin|>{"city": "Zürich 🦄"}<|tool_call_end|><|tool_calls_section_end|>')
+
+
+def test_client_reassembly_keeps_first_id_and_name_and_concatenates_arguments():
+    events = [
+        StreamEvent(content="Hi"),
+        StreamEvent(tool_calls=(ToolCallDelta(0, "functions.f:0", "f", '{"a"'),)),
+        StreamEvent(tool_calls=(ToolCallDelta(0, arguments=": 1}"),)),
+        None,
+    ]
+    assembled = assemble(events)
+    assert assembled.violations == ()
+    assert assembled.result.tool_calls[0].arguments == '{"a": 1}'
+    assert assembled.result.content == "Hi" and assembled.chunks == 3
+
+
+def test_stream_invariant_violations_are_reported():
+    events = [
+        StreamEvent(content="x" + mk.CALL_END),
+        StreamEvent(tool_calls=(ToolCallDelta(1, "a", "f", "{}"),)),
+        StreamEvent(tool_calls=(ToolCallDelta(1, "a", "f", ""),)),
+        StreamEvent(tool_calls=(ToolCallDelta(2, None, None, "{}"),)),
+    ]
+    text = " | ".join(assemble(events).violations)
+    for expected in ("marker bytes in a content delta", "not contiguous", "id of index 1 sent again",
+                     "name of index 1 sent again", "has no name"):
+        assert expected in text
+
+
+@pytest.mark.parametrize("mode", [m for m in MODES if m != "stream-recorded"])
+def test_every_mode_reproduces_the_text_and_carries_every_token_id(mode):
+    ids = [i for i, _ in TOKENIZER.tokenize_spans(TEXT)]
+    for delivery in deliveries(TEXT, mode, TOKENIZER, seed=7):
+        assert "".join(d.text for d in delivery.deltas) == TEXT
+        assert [i for d in delivery.deltas for i in d.token_ids] == ids
+        assert delivery.streaming == (mode != "whole")
+
+
+def test_token_mode_sends_markers_as_single_tokens_and_split_characters_as_empty_deltas():
+    (delivery,) = deliveries(TEXT, "stream-token", TOKENIZER)
+    by_text = {d.text: d.token_ids for d in delivery.deltas}
+    assert by_text[mk.CALL_BEGIN] == (mk.SPECIAL_TOKEN_IDS[mk.CALL_BEGIN],)
+    assert any(d.text == "" for d in delivery.deltas), "a multi-byte character split across tokens"
+
+
+def test_marker_split_cuts_every_marker_at_every_offset():
+    variants = deliveries(TEXT, "stream-marker-split", TOKENIZER)
+    assert len(variants) == len(mk.ARGUMENT_BEGIN) - 1
+    for k, delivery in enumerate(variants, start=1):
+        pieces = [d.text for d in delivery.deltas]
+        assert mk.CALL_BEGIN[:k] in pieces or any(p.endswith(mk.CALL_BEGIN[:k]) for p in pieces)
+        assert not any(m in p for p in pieces for m in mk.TOOL_MARKERS if k < len(m))
+
+
+def test_random_mode_is_reproducible_from_its_recorded_seed():
+    seed = case_seed(1, "y_case")
+    assert seed == case_seed(1, "y_case") != case_seed(2, "y_case")
+    first = deliveries(TEXT, "stream-random", TOKENIZER, seed=seed)[0]
+    again = deliveries(TEXT, "stream-random", TOKENIZER, seed=first.seed)[0]
+    assert first.deltas == again.deltas and first.variant == f"seed={seed}"
+
+
+def test_recorded_mode_uses_the_case_deltas():
+    pieces = [TEXT[:10], TEXT[10:11], TEXT[11:]]
+    (delivery,) = deliveries(TEXT, "stream-recorded", TOKENIZER, recorded=pieces)
+    assert [d.text for d in delivery.deltas] == pieces
+    assert deliveries(TEXT, "stream-recorded", TOKENIZER) == []
