@@ -6,14 +6,17 @@ import argparse
 import json
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from k2conform import __version__
 from k2conform import delivery as dl
 from k2conform.corpus import CorpusError, default_corpus_dir, iter_problems, load_corpus
 from k2conform.harness import execute
 from k2conform.model import Request, Result
 from k2conform.registry import UnknownAdapter, adapter_names, create_adapter, load
+from k2conform.runner import PASSING, HarnessError
 
 DESCRIPTION = """\
 Conformance suite and fuzzing corpus for the Kimi K2 tool-calling format.
@@ -45,6 +48,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (UsageError, UnknownAdapter, CorpusError) as error:
         print(f"k2conform {args.command}: {error}", file=sys.stderr)
         return 2
+    except HarnessError as error:
+        print(f"k2conform {args.command}: harness error (a bug in k2conform, not a parser finding):\n{error}", file=sys.stderr)
+        return 2
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -74,6 +80,41 @@ def _build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("check-corpus", help="validate every case file")
     p.add_argument("directory", nargs="?", type=Path, help="corpus directory (default: the shipped corpus)")
     p.set_defaults(handler=cmd_check_corpus)
+
+    p = sub.add_parser("run", help="the conformance matrix: every case x adapter x delivery mode")
+    p.description = (
+        "Runs every selected case through every selected adapter in every selected delivery mode, "
+        "in parallel worker processes, and gives each cell one outcome: agree, differs (with the "
+        "fields), impl-defined (i_ cases), crash, timeout, unavailable or adapter-error. "
+        "Exit status: 0 when every cell passes (agree, impl-defined, unavailable) or is listed in "
+        "the baseline; 1 on a new disagreement or a stale baseline entry; 2 on usage or harness errors."
+    )
+    p.add_argument("--adapter", action="append", help="adapter to run (repeatable; default: all registered)")
+    p.add_argument("--delivery", action="append", choices=list(dl.MODES), help="delivery mode (repeatable; default: all)")
+    p.add_argument("--case", action="append", default=[], metavar="GLOB", help="only cases whose id matches (repeatable)")
+    p.add_argument("--corpus", type=Path, help="corpus directory (default: the shipped corpus)")
+    p.add_argument("--json", type=Path, help="write every cell with its observed result and diff")
+    p.add_argument("--html", type=Path, help="write the HTML report (and an SVG matrix beside it)")
+    p.add_argument("--markdown", type=Path, help="write a Markdown summary (for a CI job summary)")
+    p.add_argument("--baseline", type=Path, help="known deviations; new ones and stale entries fail the run")
+    p.add_argument("--jobs", type=int, default=0, help="worker processes (default: all cores)")
+    p.add_argument("--timeout", type=float, default=20.0, help="seconds per cell before it is a timeout")
+    p.add_argument("--seed", type=int, default=dl.DEFAULT_SEED, help="base seed of stream-random (per-case seeds derive from it)")
+    p.add_argument("--burst", type=int, default=dl.DEFAULT_BURST, help="tokens per delta of stream-burst")
+    p.add_argument("--tokenizer", help="directory with the real tiktoken.model and tokenizer_config.json")
+    p.set_defaults(handler=cmd_run)
+
+    p = sub.add_parser("report", help="rebuild the reports from a results JSON written by run --json")
+    p.add_argument("results", type=Path)
+    p.add_argument("--html", type=Path)
+    p.add_argument("--markdown", type=Path)
+    p.set_defaults(handler=cmd_report)
+
+    p = sub.add_parser("baseline", help="write a baseline covering every failing cell of a results JSON")
+    p.add_argument("results", type=Path)
+    p.add_argument("--out", type=Path, required=True, help="baseline file to write")
+    p.add_argument("--previous", type=Path, help="an older baseline whose reasons and links to keep")
+    p.set_defaults(handler=cmd_baseline)
 
     p = sub.add_parser("list-adapters", help="each adapter's name, version and availability")
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -200,6 +241,104 @@ def cmd_check_corpus(args: argparse.Namespace) -> int:
         return 1
     corpus = load_corpus(root)
     print(f"{len(corpus)} cases OK ({len(corpus.completions)} completions, {len(corpus.prompts)} prompts) under {root}")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from k2conform import report
+    from k2conform.baseline import judge, load_baseline
+    from k2conform.runner import Matrix, RunConfig, plan, progress_printer, select_cases
+
+    root = args.corpus or default_corpus_dir()
+    corpus = load_corpus(root)
+    cases = select_cases(corpus.completions, args.case)
+    if not cases:
+        raise UsageError(f"no case matches {args.case}")
+    names = args.adapter or adapter_names()
+    adapters = [create_adapter(name) for name in names]
+    modes = tuple(args.delivery or dl.MODES)
+    entries = load_baseline(args.baseline) if args.baseline else None
+    config = RunConfig(root, tuple(names), modes, tuple(args.case), args.jobs, args.timeout, args.seed,
+                       args.burst, args.tokenizer)
+    matrix = Matrix(config, progress=progress_printer())
+    started = time.monotonic()
+    cells = matrix.run(plan(cases, names, modes))
+    results = {
+        "k2conform": __version__,
+        "seed": args.seed,
+        "modes": list(modes),
+        "wall_seconds": time.monotonic() - started,
+        "worker_restarts": matrix.restarts,
+        "adapters": [_adapter_row(a, matrix.availability.get(a.name, ("ok", ""))) for a in adapters],
+        "cases": [
+            {"id": c.id, "verdict": c.verdict, "description": c.description, "tags": list(c.tags),
+             "model_output": c.model_output, "deltas": list(c.deltas) if c.deltas else None,
+             "expected": c.expected.to_json() if c.expected else None}
+            for c in cases
+        ],
+        "cells": [cell.to_json() for cell in cells],
+    }
+    passed = all(cell.outcome in PASSING for cell in cells)
+    if entries is not None:
+        verdict = judge(cells, entries, modes)
+        passed = verdict.passed
+        results["gate"] = {"passed": passed, "new": len(verdict.new), "baselined": len(verdict.baselined),
+                           "stale": [e.to_json() for e in verdict.stale],
+                           "new_cells": [f"{c.case} {c.adapter} {c.delivery}: {c.outcome} {','.join(c.fields)}" for c in verdict.new]}
+    _write_reports(results, args.json, args.html, args.markdown)
+    sys.stdout.write(report.markdown(results))
+    gate = results.get("gate")
+    if gate:
+        for line in gate["new_cells"][:50]:
+            print(f"NEW  {line}")
+        for entry in gate["stale"][:50]:
+            print(f"STALE baseline entry no longer occurs: {entry['case']} {entry['adapter']} {entry['delivery']} {entry['outcome']} {entry['fields']}")
+    return 0 if passed else 1
+
+
+def _adapter_row(adapter: Any, availability: tuple[str, str]) -> dict[str, Any]:
+    return {
+        "name": adapter.name, "version": adapter.version(), "supported_versions": list(adapter.supported_versions),
+        "supported": adapter.supported(), "status": availability[0], "reason": availability[1],
+    }
+
+
+def _write_reports(results: dict[str, Any], json_path: Path | None, html_path: Path | None, md_path: Path | None) -> None:
+    from k2conform import report
+
+    for path, text in (
+        (json_path, lambda: json.dumps(results, ensure_ascii=False, indent=1)),
+        (html_path, lambda: report.html_page(results)),
+        (html_path.with_suffix(".svg") if html_path else None, lambda: report.matrix_svg(results)),
+        (md_path, lambda: report.markdown(results)),
+    ):
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text(), encoding="utf-8")
+
+
+def _read_results(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as error:
+        raise UsageError(f"cannot read results {path}: {error}") from None
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    _write_reports(_read_results(args.results), None, args.html, args.markdown)
+    return 0
+
+
+def cmd_baseline(args: argparse.Namespace) -> int:
+    from k2conform.baseline import baseline_from_cells, load_baseline
+    from k2conform.runner import Cell
+
+    results = _read_results(args.results)
+    cells = [Cell(**{k: v for k, v in c.items()}) for c in results["cells"]]
+    previous = load_baseline(args.previous) if args.previous else []
+    document = baseline_from_cells(cells, previous)
+    args.out.write_text(json.dumps(document, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    print(f"{len(document['entries'])} baseline entries written to {args.out}")
     return 0
 
 

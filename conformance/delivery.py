@@ -114,7 +114,9 @@ def _marker_splits(text: str, spans: list[tuple[int, str]]) -> list[Delivery]:
         while start >= 0:
             occurrences.append((start, marker))
             start = text.find(marker, start + len(marker))
-    longest = max((len(m) for _, m in occurrences), default=0)
+    if not occurrences:
+        return [Delivery("stream-marker-split", tuple(Delta(p, (i,)) for i, p in spans), variant="no markers")]
+    longest = max(len(m) for _, m in occurrences)
     result = []
     for k in range(1, longest):
         cuts = set(token_bounds)

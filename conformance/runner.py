@@ -1,0 +1,324 @@
+"""The matrix: every case × adapter × delivery mode, in worker processes, one outcome per cell.
+
+Cell outcomes form a closed vocabulary (``CELL_OUTCOMES``).  Workers import every adapter
+once; the parent hands out one cell at a time and enforces a per-cell deadline.  A parser
+that hangs or kills its worker becomes a ``timeout``/``crash`` cell and the worker is
+replaced; an exception in this project's own code (comparison, delivery, reporting) is a
+harness error that stops the run with a traceback (exit status 2).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import multiprocessing
+import os
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from k2conform import delivery as dl
+from k2conform.compare import FieldDiff, compare_arguments, compare_results
+from k2conform.corpus import CompletionCase, load_corpus
+from k2conform.harness import execute
+from k2conform.model import Result
+from k2conform.registry import Availability, create_adapter, load
+
+#: What a cell can be.  ``agree``: matches the expectation; ``differs``: it does not (the
+#: fields say where); ``impl-defined``: an ``i_`` case, recorded and not judged; the rest
+#: say the parser or its adapter could not produce a result.
+CELL_OUTCOMES = ("agree", "differs", "impl-defined", "crash", "timeout", "unavailable", "adapter-error")
+PASSING = ("agree", "impl-defined", "unavailable")
+
+
+class HarnessError(RuntimeError):
+    """A bug in k2conform itself, not in a parser: the run stops (exit status 2)."""
+
+
+@dataclass(frozen=True)
+class CellKey:
+    case: str
+    adapter: str
+    delivery: str
+
+
+@dataclass
+class Cell:
+    case: str
+    adapter: str
+    delivery: str
+    outcome: str
+    fields: list[str] = field(default_factory=list)
+    diffs: list[dict[str, Any]] = field(default_factory=list)
+    observed: dict[str, Any] | None = None
+    variant: str = ""
+    variants_differing: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def key(self) -> CellKey:
+        return CellKey(self.case, self.adapter, self.delivery)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "case": self.case, "adapter": self.adapter, "delivery": self.delivery,
+            "outcome": self.outcome, "fields": self.fields, "diffs": self.diffs,
+            "variant": self.variant, "variants_differing": self.variants_differing,
+            "observed": self.observed, "seconds": round(self.seconds, 6),
+        }
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    corpus_root: Path
+    adapters: tuple[str, ...]
+    modes: tuple[str, ...] = dl.DEFAULT_MODES
+    case_globs: tuple[str, ...] = ()
+    jobs: int = 0
+    timeout: float = 20.0
+    seed: int = dl.DEFAULT_SEED
+    burst: int = dl.DEFAULT_BURST
+    tokenizer: str | None = None
+
+
+def select_cases(cases: Iterable[CompletionCase], globs: Sequence[str]) -> list[CompletionCase]:
+    return [c for c in cases if not globs or any(fnmatch.fnmatchcase(c.id, g) for g in globs)]
+
+
+# -- one cell ------------------------------------------------------------------------------
+
+
+def run_cell(adapter: Any, availability: Availability, case: CompletionCase, mode: str,
+             tokenizer: Any, config: RunConfig) -> Cell:
+    """Every variant of ``mode`` through ``adapter``; the cell reports the worst variant."""
+    started = time.perf_counter()
+    if availability.status != "ok":
+        return Cell(case.id, adapter.name, mode, availability.status,
+                    observed=Result.failed(availability.status, availability.reason).to_json())
+    variants = dl.deliveries(
+        case.model_output, mode, tokenizer, seed=dl.case_seed(config.seed, case.id),
+        recorded=case.deltas, burst=config.burst,
+    )
+    if not variants:
+        return Cell(case.id, adapter.name, mode, "unavailable",
+                    observed=Result.failed("unavailable", "the case has no recorded deltas").to_json())
+    whole = None
+    if mode != "whole":
+        whole = execute(adapter, case.request, dl.deliveries(case.model_output, "whole", tokenizer)[0])
+    judged = [_judge(case, execute(adapter, case.request, v), whole) for v in variants]
+    worst = min(judged, key=lambda j: _SEVERITY[j[0]])
+    outcome, diffs, result = worst
+    differing = [v.label for v, j in zip(variants, judged) if j[0] != "agree" and j[0] != "impl-defined"]
+    cell = Cell(
+        case.id, adapter.name, mode, outcome,
+        fields=sorted({d.field for d in diffs}, key=_field_order),
+        diffs=[d.to_json() for d in diffs],
+        observed=result.to_json(),
+        variant=str(result.meta.get("delivery", mode)),
+        variants_differing=differing if len(variants) > 1 else [],
+    )
+    cell.seconds = time.perf_counter() - started
+    return cell
+
+
+_SEVERITY = {"adapter-error": 0, "crash": 1, "timeout": 2, "unavailable": 3, "differs": 4, "impl-defined": 5, "agree": 6}
+
+
+def _field_order(name: str) -> int:
+    from k2conform.compare import DIFF_FIELDS
+
+    return DIFF_FIELDS.index(name)
+
+
+def _judge(case: CompletionCase, result: Result, whole: Result | None) -> tuple[str, list[FieldDiff], Result]:
+    if result.outcome != "ok":
+        return result.outcome, [], result
+    diffs = _stream_diffs(result, whole)
+    if case.verdict != "i" and case.expected is not None:
+        diffs = compare_results(case.expected.as_result(), result) + diffs
+    if diffs:
+        return "differs", diffs, result
+    return ("impl-defined" if case.verdict == "i" else "agree"), [], result
+
+
+def _stream_diffs(result: Result, whole: Result | None) -> list[FieldDiff]:
+    """Stream invariants, and the stream's calls against the same adapter's one-shot parse."""
+    diffs = []
+    for violation in result.meta.get("stream_violations") or ():
+        field_name = "index" if "contiguous" in violation else "stream-invariant"
+        diffs.append(FieldDiff(field_name, None, violation, "stream"))
+    if whole is not None and whole.outcome == "ok":
+        w_calls, s_calls = whole.tool_calls, result.tool_calls
+        if len(w_calls) != len(s_calls):
+            diffs.append(FieldDiff("stream-invariant", len(w_calls), len(s_calls), "stream",
+                                   ))
+        for i, (w, s) in enumerate(zip(w_calls, s_calls)):
+            if compare_arguments(w.arguments, s.arguments):
+                diffs.append(FieldDiff("stream-invariant", w.arguments, s.arguments, "stream", i))
+    return diffs
+
+
+# -- workers ---------------------------------------------------------------------------------
+
+
+def _worker(conn: Connection, config: RunConfig) -> None:
+    """Import every adapter once, then run the cells the parent sends until it sends None."""
+    from k2conform.tokenizer import load_tokenizer
+
+    try:
+        corpus = {c.id: c for c in load_corpus(config.corpus_root).completions}
+        tokenizer = load_tokenizer(config.tokenizer)
+        adapters = {name: create_adapter(name) for name in config.adapters}
+        availability = {name: load(a) for name, a in adapters.items()}
+    except BaseException:  # noqa: BLE001 - reported to the parent as a harness error
+        conn.send(("harness-error", traceback.format_exc()))
+        return
+    conn.send(("ready", {name: (a.status, a.reason) for name, a in availability.items()}))
+    while True:
+        task = conn.recv()
+        if task is None:
+            return
+        case_id, adapter_name, mode = task
+        try:
+            cell = run_cell(adapters[adapter_name], availability[adapter_name], corpus[case_id], mode, tokenizer, config)
+        except BaseException:  # noqa: BLE001 - reported to the parent as a harness error
+            conn.send(("harness-error", traceback.format_exc()))
+            return
+        conn.send(("cell", cell))
+
+
+@dataclass
+class _Slot:
+    process: Any
+    conn: Connection
+    task: tuple[str, str, str] | None = None
+    deadline: float = 0.0
+
+
+class Matrix:
+    """Runs cells on ``jobs`` worker processes with a per-cell deadline."""
+
+    def __init__(self, config: RunConfig, progress: Any = None) -> None:
+        self.config = config
+        self.progress = progress
+        self.context = multiprocessing.get_context("spawn")
+        self.availability: dict[str, tuple[str, str]] = {}
+        self.restarts = 0
+
+    def _start(self) -> _Slot:
+        parent, child = self.context.Pipe()
+        process = self.context.Process(target=_worker, args=(child, self.config), daemon=True)
+        process.start()
+        child.close()
+        slot = _Slot(process, parent)
+        kind, payload = self._receive(slot, deadline=time.monotonic() + 600)
+        if kind != "ready":
+            raise HarnessError(f"worker failed to start:\n{payload}")
+        self.availability = payload
+        return slot
+
+    def _receive(self, slot: _Slot, deadline: float) -> tuple[str, Any]:
+        if not slot.conn.poll(max(0.0, deadline - time.monotonic())):
+            return "timeout", None
+        try:
+            kind, payload = slot.conn.recv()
+        except (EOFError, ConnectionError, OSError):
+            return "died", None
+        if kind == "harness-error":
+            raise HarnessError(f"k2conform failed inside a worker:\n{payload}")
+        return kind, payload
+
+    def run(self, tasks: Sequence[tuple[str, str, str]]) -> list[Cell]:
+        jobs = max(1, min(self.config.jobs or os.cpu_count() or 1, len(tasks) or 1))
+        pending = list(reversed(tasks))
+        slots = [self._start() for _ in range(jobs)]
+        cells: list[Cell] = []
+        try:
+            while pending or any(s.task for s in slots):
+                for slot in slots:
+                    if slot.task is None and pending:
+                        slot.task = pending.pop()
+                        slot.deadline = time.monotonic() + self.config.timeout
+                        slot.conn.send(slot.task)
+                busy = [s for s in slots if s.task]
+                nearest = min(s.deadline for s in busy)
+                wait([s.conn for s in busy] + [s.process.sentinel for s in busy],
+                     timeout=max(0.0, nearest - time.monotonic()))
+                for index, slot in enumerate(slots):
+                    if slot.task is None:
+                        continue
+                    ready = slot.conn.poll() or not slot.process.is_alive() or time.monotonic() >= slot.deadline
+                    if not ready:
+                        continue
+                    kind, payload = self._receive(slot, deadline=time.monotonic())
+                    if kind == "cell":
+                        cells.append(payload)
+                    else:
+                        cells.append(self._lost(slot.task, kind))
+                        slots[index] = self._replace(slot)
+                    slots[index].task = None
+                    if self.progress:
+                        self.progress(len(cells), len(tasks))
+        finally:
+            for slot in slots:
+                self._stop(slot)
+        return cells
+
+    def _lost(self, task: tuple[str, str, str], kind: str) -> Cell:
+        case_id, adapter, mode = task
+        if kind == "timeout":
+            reason = f"no result within {self.config.timeout:g} s; worker restarted"
+            return Cell(case_id, adapter, mode, "timeout", observed=Result.failed("timeout", reason).to_json())
+        reason = "the worker process died while parsing (a crash in native code?); worker restarted"
+        return Cell(case_id, adapter, mode, "crash", observed=Result.failed("crash", reason).to_json())
+
+    def _replace(self, slot: _Slot) -> _Slot:
+        self._stop(slot)
+        self.restarts += 1
+        return self._start()
+
+    @staticmethod
+    def _stop(slot: _Slot) -> None:
+        try:
+            if slot.process.is_alive() and slot.task is None:
+                slot.conn.send(None)
+                slot.process.join(2)
+        except (BrokenPipeError, OSError):
+            pass
+        if slot.process.is_alive():
+            slot.process.kill()
+        slot.process.join(5)
+
+
+def plan(cases: Sequence[CompletionCase], adapters: Sequence[str], modes: Sequence[str]) -> list[tuple[str, str, str]]:
+    """The cells to run: stream-recorded only for cases that recorded deltas."""
+    return [
+        (case.id, adapter, mode)
+        for case in cases
+        for adapter in adapters
+        for mode in modes
+        if mode != "stream-recorded" or case.deltas is not None
+    ]
+
+
+def progress_printer(stream: Any = sys.stderr) -> Any:
+    """A one-line progress bar on a terminal; a line per tenth elsewhere."""
+    tty = stream.isatty()
+    last = [-1]
+
+    def show(done: int, total: int) -> None:
+        if tty:
+            width = 30
+            filled = width * done // max(total, 1)
+            stream.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} cells")
+            if done == total:
+                stream.write("\n")
+            stream.flush()
+        elif done * 10 // max(total, 1) != last[0]:
+            last[0] = done * 10 // max(total, 1)
+            stream.write(f"{done}/{total} cells\n")
+
+    return show
