@@ -1,10 +1,13 @@
 """Delivery modes: how a case's model output reaches an adapter.
 
-Every mode starts from one tokenisation of the output (the stand-in Kimi tokenizer or
-the real one), so every delta carries the token ids an engine would send with it: a
-token's id travels with the delta in which its text ends.  A token whose bytes are
-an incomplete UTF-8 character adds no text (an incremental detokenizer holds them back),
-so token-aligned deltas can be empty strings with ids, as engines send them.
+Two families.  *Token-aligned* modes (``whole``, ``stream-token``, ``stream-burst``)
+start from a tokenisation of the output (the stand-in Kimi tokenizer or the real one)
+and send each delta with its token ids, as an engine does: a marker is one token, and a
+token whose bytes are an incomplete UTF-8 character adds no text (an incremental
+detokenizer holds them back), so a delta can be an empty string with an id.
+*Text-level* modes (``stream-char``, ``stream-marker-split``, ``stream-random``,
+``stream-recorded``) cut the text anywhere, markers included, and send no token ids, as
+a text-only replay or a re-chunking proxy does; an engine never splits a marker token.
 """
 
 from __future__ import annotations
@@ -21,11 +24,12 @@ MODES: dict[str, str] = {
     "whole": "the complete output, through the one-shot API",
     "stream-token": "one token per delta, as an engine streams it",
     "stream-burst": "BURST tokens per delta (default 4), as speculative decoding streams it",
-    "stream-char": "one character per delta",
-    "stream-marker-split": "token-aligned, with every marker split at offset k, one stream per k",
-    "stream-random": "seeded random cut points; the seed is recorded with the result",
-    "stream-recorded": "the case's own recorded deltas (only cases that have them)",
+    "stream-char": "one character per delta (text-level, no token ids)",
+    "stream-marker-split": "token-aligned cuts plus every marker cut at offset k, one stream per k (text-level)",
+    "stream-random": "seeded random cut points; the seed is recorded with the result (text-level)",
+    "stream-recorded": "the case's own recorded deltas, only cases that have them (text-level)",
 }
+TOKEN_ALIGNED_MODES = ("whole", "stream-token", "stream-burst")
 DEFAULT_MODES = tuple(m for m in MODES if m != "stream-recorded")
 DEFAULT_BURST = 4
 DEFAULT_SEED = 20261130
@@ -84,14 +88,14 @@ def deliveries(
         deltas = tuple(Delta("".join(p for _, p in g), tuple(i for i, _ in g)) for g in groups)
         return [Delivery(mode, deltas, variant=f"k={burst}")]
     if mode == "stream-char":
-        return [Delivery(mode, cut(text, spans, range(1, len(text))))]
+        return [Delivery(mode, cut(text, range(1, len(text))))]
     if mode == "stream-random":
         rng = random.Random(seed)
         cuts, position = [], 0
         while position < len(text):
             position += rng.randint(1, 12)
             cuts.append(position)
-        return [Delivery(mode, cut(text, spans, cuts), variant=f"seed={seed}", seed=seed)]
+        return [Delivery(mode, cut(text, cuts), variant=f"seed={seed}", seed=seed)]
     if mode == "stream-marker-split":
         return _marker_splits(text, spans)
     if mode == "stream-recorded":
@@ -101,7 +105,7 @@ def deliveries(
         for piece in recorded:
             position += len(piece)
             bounds.append(position)
-        return [Delivery(mode, cut(text, spans, bounds[:-1]))]
+        return [Delivery(mode, cut(text, bounds[:-1]))]
     raise ValueError(f"unknown delivery mode {mode!r} (known: {', '.join(MODES)})")
 
 
@@ -115,13 +119,13 @@ def _marker_splits(text: str, spans: list[tuple[int, str]]) -> list[Delivery]:
             occurrences.append((start, marker))
             start = text.find(marker, start + len(marker))
     if not occurrences:
-        return [Delivery("stream-marker-split", tuple(Delta(p, (i,)) for i, p in spans), variant="no markers")]
+        return [Delivery("stream-marker-split", cut(text, token_bounds), variant="no markers")]
     longest = max(len(m) for _, m in occurrences)
     result = []
     for k in range(1, longest):
         cuts = set(token_bounds)
         cuts.update(start + k for start, marker in occurrences if k < len(marker))
-        result.append(Delivery("stream-marker-split", cut(text, spans, sorted(cuts)), variant=f"k={k}"))
+        result.append(Delivery("stream-marker-split", cut(text, sorted(cuts)), variant=f"k={k}"))
     return result
 
 
@@ -133,17 +137,7 @@ def _token_ends(spans: list[tuple[int, str]]) -> list[int]:
     return ends
 
 
-def cut(text: str, spans: list[tuple[int, str]], cuts: Sequence[int] | range) -> tuple[Delta, ...]:
-    """Cut ``text`` at the given offsets; each token id goes with the delta its text ends in."""
-    bounds = sorted({c for c in cuts if 0 < c < len(text)}) + [len(text)]
-    ends = _token_ends(spans)
-    deltas = []
-    start, t = 0, 0
-    for stop in bounds:
-        ids = []
-        while t < len(spans) and ends[t] <= stop:
-            ids.append(spans[t][0])
-            t += 1
-        deltas.append(Delta(text[start:stop], tuple(ids)))
-        start = stop
-    return tuple(deltas)
+def cut(text: str, cuts: Sequence[int] | range) -> tuple[Delta, ...]:
+    """Cut ``text`` at the given offsets into text-only deltas."""
+    bounds = [0, *sorted({c for c in cuts if 0 < c < len(text)}), len(text)]
+    return tuple(Delta(text[a:b]) for a, b in zip(bounds, bounds[1:]))
