@@ -1,15 +1,18 @@
 """Known deviations per adapter: the cells a release is allowed to get wrong, with a reason.
 
-An entry names a case, an adapter, a delivery mode (or ``*``), the outcome and the fields
-that differ.  A run passes when every failing cell is covered by an entry, and fails when
-an entry no longer occurs (a stale expectation must be removed, as toml-test's
-``-skip-must-err`` demands), so the file always says exactly what is wrong today.
+One entry is one *behaviour*: an adapter, an outcome, the fields that differ, the delivery
+modes it shows in (``*``: all of them) and the cases that show it, with the reason a
+reviewer wrote once for all of them.  A run passes when every failing cell is covered,
+and fails when a listed case no longer shows the behaviour (a stale expectation must be
+removed, as toml-test's ``-skip-must-err`` demands), so the file always says exactly
+what is wrong today.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import json
+from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -17,40 +20,41 @@ from typing import Any, Iterable, Sequence
 from k2conform.corpus import CorpusError
 from k2conform.runner import PASSING, Cell
 
-_KEYS = {"case", "adapter", "delivery", "outcome", "fields", "reason", "link"}
+_REQUIRED = ("adapter", "outcome", "fields", "deliveries", "cases")
+_KEYS = set(_REQUIRED) | {"reason", "link"}
+TODO = "TODO: review and explain"
 
 
 @dataclass(frozen=True)
 class BaselineEntry:
-    case: str
     adapter: str
-    delivery: str
     outcome: str
     fields: tuple[str, ...]
+    deliveries: tuple[str, ...]
+    cases: tuple[str, ...]
     reason: str = ""
     link: str = ""
 
+    def covers_delivery(self, delivery: str) -> bool:
+        return "*" in self.deliveries or delivery in self.deliveries
+
+    def covers_case(self, case: str) -> bool:
+        return any(fnmatch.fnmatchcase(case, pattern) for pattern in self.cases)
+
     def matches(self, cell: Cell) -> bool:
         return (
-            fnmatch.fnmatchcase(cell.case, self.case)
-            and cell.adapter == self.adapter
-            and fnmatch.fnmatchcase(cell.delivery, self.delivery)
+            cell.adapter == self.adapter
             and cell.outcome == self.outcome
             and tuple(cell.fields) == self.fields
-        )
-
-    def applies_to(self, cases: set[str], adapters: set[str], modes: set[str]) -> bool:
-        """Whether the run could have produced this entry's cell at all."""
-        return (
-            self.adapter in adapters
-            and any(fnmatch.fnmatchcase(c, self.case) for c in cases)
-            and any(fnmatch.fnmatchcase(m, self.delivery) for m in modes)
+            and self.covers_delivery(cell.delivery)
+            and self.covers_case(cell.case)
         )
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "case": self.case, "adapter": self.adapter, "delivery": self.delivery,
-            "outcome": self.outcome, "fields": list(self.fields), "reason": self.reason, "link": self.link,
+            "adapter": self.adapter, "outcome": self.outcome, "fields": list(self.fields),
+            "deliveries": list(self.deliveries), "reason": self.reason, "link": self.link,
+            "cases": list(self.cases),
         }
 
 
@@ -60,70 +64,104 @@ def load_baseline(path: Path | str) -> list[BaselineEntry]:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as error:
         raise CorpusError(path, "-", f"cannot read the baseline: {error}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("entries"), list):
+        raise CorpusError(path, "entries", "must be a list")
     entries = []
-    for i, raw in enumerate(data.get("entries", []) if isinstance(data, dict) else []):
+    for i, raw in enumerate(data["entries"]):
         where = f"entries[{i}]"
-        if not isinstance(raw, dict) or not {"case", "adapter", "delivery", "outcome", "fields"} <= set(raw):
-            raise CorpusError(path, where, "needs case, adapter, delivery, outcome and fields")
-        unknown = set(raw) - _KEYS
-        if unknown:
-            raise CorpusError(path, f"{where}.{sorted(unknown)[0]}", "unknown field")
-        entries.append(BaselineEntry(raw["case"], raw["adapter"], raw["delivery"], raw["outcome"],
-                                     tuple(raw["fields"]), raw.get("reason", ""), raw.get("link", "")))
+        if not isinstance(raw, dict):
+            raise CorpusError(path, where, "must be an object")
+        for key in _REQUIRED:
+            if key not in raw:
+                raise CorpusError(path, f"{where}.{key}", "missing")
+        for key in raw:
+            if key not in _KEYS:
+                raise CorpusError(path, f"{where}.{key}", f"unknown field (allowed: {', '.join(sorted(_KEYS))})")
+        entries.append(BaselineEntry(
+            raw["adapter"], raw["outcome"], tuple(raw["fields"]), tuple(raw["deliveries"]),
+            tuple(raw["cases"]), raw.get("reason", ""), raw.get("link", ""),
+        ))
     return entries
+
+
+@dataclass(frozen=True)
+class Stale:
+    """A listed case that no longer shows the entry's behaviour."""
+
+    entry: BaselineEntry
+    case: str
+    delivery: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"case": self.case, "adapter": self.entry.adapter, "delivery": self.delivery,
+                "outcome": self.entry.outcome, "fields": list(self.entry.fields)}
 
 
 @dataclass
 class Verdict:
     new: list[Cell]
     baselined: list[Cell]
-    stale: list[BaselineEntry]
+    stale: list[Stale]
 
     @property
     def passed(self) -> bool:
         return not self.new and not self.stale
 
 
-def judge(cells: Sequence[Cell], entries: Sequence[BaselineEntry], modes: Iterable[str]) -> Verdict:
-    failing = [c for c in cells if c.outcome not in PASSING]
-    new, baselined, used = [], [], set()
-    for cell in failing:
-        match = next((i for i, e in enumerate(entries) if e.matches(cell)), None)
-        if match is None:
-            new.append(cell)
-        else:
-            baselined.append(cell)
-            used.add(match)
-    ran_cases = {c.case for c in cells}
-    ran_adapters = {c.adapter for c in cells if c.outcome != "unavailable"}
-    stale = [
-        e for i, e in enumerate(entries)
-        if i not in used and e.applies_to(ran_cases, ran_adapters, set(modes))
-    ]
+def judge(cells: Sequence[Cell], entries: Sequence[BaselineEntry]) -> Verdict:
+    """Split the failing cells into new and baselined; find entries that no longer occur."""
+    new, baselined = [], []
+    matched: set[tuple[int, str, str]] = set()
+    for cell in cells:
+        if cell.outcome in PASSING:
+            continue
+        hits = [i for i, e in enumerate(entries) if e.matches(cell)]
+        (baselined if hits else new).append(cell)
+        matched.update((i, cell.case, cell.delivery) for i in hits)
+    ran: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for cell in cells:
+        if cell.outcome != "unavailable":
+            ran[(cell.adapter, cell.case)].add(cell.delivery)
+    stale = []
+    for i, entry in enumerate(entries):
+        for (adapter, case), deliveries in sorted(ran.items()):
+            if adapter != entry.adapter or not entry.covers_case(case):
+                continue
+            if "*" in entry.deliveries:
+                if not any((i, case, d) in matched for d in deliveries):
+                    stale.append(Stale(entry, case, "*"))
+            else:
+                stale.extend(Stale(entry, case, d) for d in entry.deliveries
+                             if d in deliveries and (i, case, d) not in matched)
     return Verdict(new, baselined, stale)
 
 
-def baseline_from_cells(cells: Sequence[Cell], previous: Sequence[BaselineEntry] = ()) -> dict[str, Any]:
-    """A baseline covering every failing cell, keeping the reasons of entries that still match.
-
-    A deviation that shows in every delivery mode of a case is written once, with
-    delivery ``*``; one that shows in some modes only is written per mode.
-    """
-    modes_run: dict[tuple[str, str], set[str]] = {}
-    failing: dict[tuple[str, str, str, tuple[str, ...]], list[Cell]] = {}
+def baseline_from_cells(cells: Iterable[Cell], previous: Sequence[BaselineEntry] = ()) -> dict[str, Any]:
+    """One entry per behaviour covering every failing cell; reviewed reasons are kept."""
+    modes_run: dict[tuple[str, str], set[str]] = defaultdict(set)
+    failing: dict[tuple[str, str, tuple[str, ...]], dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
     for cell in cells:
-        modes_run.setdefault((cell.case, cell.adapter), set()).add(cell.delivery)
+        modes_run[(cell.adapter, cell.case)].add(cell.delivery)
         if cell.outcome not in PASSING:
-            failing.setdefault((cell.case, cell.adapter, cell.outcome, tuple(cell.fields)), []).append(cell)
+            failing[(cell.adapter, cell.outcome, tuple(cell.fields))][cell.case].add(cell.delivery)
     entries = []
-    for (case, adapter, outcome, fields), group in failing.items():
-        everywhere = {c.delivery for c in group} == modes_run[(case, adapter)] and len(group) > 1
-        for delivery in ["*"] if everywhere else sorted(c.delivery for c in group):
-            old = next((e for e in previous if e.matches(next(c for c in group if fnmatch.fnmatchcase(c.delivery, delivery)))), None)
-            entries.append(BaselineEntry(
-                case, adapter, delivery, outcome, fields,
-                reason=old.reason if old else "TODO: review and explain",
-                link=old.link if old else "",
-            ).to_json())
-    entries.sort(key=lambda e: (e["adapter"], e["case"], e["delivery"]))
+    for (adapter, outcome, fields), by_case in failing.items():
+        by_deliveries: dict[tuple[str, ...], list[str]] = defaultdict(list)
+        for case, deliveries in by_case.items():
+            everywhere = deliveries == modes_run[(adapter, case)] and len(deliveries) > 1
+            by_deliveries[("*",) if everywhere else tuple(sorted(deliveries))].append(case)
+        for deliveries, cases in by_deliveries.items():
+            reason, link = _reviewed(previous, adapter, outcome, fields, cases)
+            entries.append(BaselineEntry(adapter, outcome, fields, deliveries, tuple(sorted(cases)), reason, link).to_json())
+    entries.sort(key=lambda e: (e["adapter"], e["outcome"], e["fields"], e["deliveries"]))
     return {"version": 1, "entries": entries}
+
+
+def _reviewed(previous: Sequence[BaselineEntry], adapter: str, outcome: str, fields: tuple[str, ...],
+              cases: Sequence[str]) -> tuple[str, str]:
+    """The reasons and links reviewers wrote for earlier entries of the same behaviour."""
+    old = [e for e in previous if (e.adapter, e.outcome, e.fields) == (adapter, outcome, fields)
+           and any(e.covers_case(c) for c in cases) and e.reason != TODO]
+    reasons = list(dict.fromkeys(e.reason for e in old if e.reason))
+    links = list(dict.fromkeys(e.link for e in old if e.link))
+    return (" / ".join(reasons) or TODO), " ".join(links)

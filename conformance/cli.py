@@ -280,7 +280,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     }
     passed = all(cell.outcome in PASSING for cell in cells)
     if entries is not None:
-        verdict = judge(cells, entries, modes)
+        verdict = judge(cells, entries)
         passed = verdict.passed
         results["gate"] = {"passed": passed, "new": len(verdict.new), "baselined": len(verdict.baselined),
                            "stale": [e.to_json() for e in verdict.stale],

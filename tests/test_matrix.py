@@ -1,0 +1,101 @@
+"""The main job, run once per session exactly as a user runs it (``k2conform run`` with the
+shipped baseline), and everything that hangs off it: the gate, the reports, and syrupy
+snapshots of every adapter's observed result on every case in every delivery mode."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import defaultdict
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+from syrupy.extensions.json import JSONSnapshotExtension
+
+from k2conform.registry import adapter_names
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def matrix_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("matrix")
+    completed = subprocess.run(
+        [sys.executable, "-m", "k2conform.cli", "run", "--baseline", str(ROOT / "baseline.json"),
+         "--json", str(out / "results.json"), "--html", str(out / "index.html"), "--markdown", str(out / "summary.md")],
+        capture_output=True, text=True,
+    )
+    results = json.loads((out / "results.json").read_text())
+    return completed, results, out
+
+
+def test_run_passes_the_shipped_baseline(matrix_run):
+    """Exit 0: every disagreement is known and explained; no baseline entry is stale."""
+    completed, results, _ = matrix_run
+    assert completed.returncode == 0, completed.stdout[-4000:] + completed.stderr[-4000:]
+    assert results["gate"]["passed"] and results["gate"]["new"] == 0 and results["gate"]["stale"] == []
+
+
+def test_every_registered_adapter_and_mode_produced_cells(matrix_run):
+    _, results, _ = matrix_run
+    seen = {(c["adapter"], c["delivery"]) for c in results["cells"]}
+    for adapter in adapter_names():
+        for mode in ("whole", "stream-token", "stream-burst", "stream-char", "stream-marker-split", "stream-random"):
+            assert (adapter, mode) in seen
+    assert len(results["cases"]) >= 300
+
+
+def test_reference_adapter_agrees_everywhere(matrix_run):
+    _, results, _ = matrix_run
+    bad = [c for c in results["cells"] if c["adapter"] == "reference" and c["outcome"] not in ("agree", "impl-defined")]
+    assert bad == []
+
+
+class _Text(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.text = []
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+
+def test_html_report_names_every_adapter_and_taxonomy_class(matrix_run):
+    _, results, out = matrix_run
+    page = _Text()
+    page.feed((out / "index.html").read_text())
+    text = " ".join(page.text)
+    for adapter in results["adapters"]:
+        assert adapter["name"] in text
+    for tag in {t for case in results["cases"] for t in case["tags"]}:
+        assert tag in text, tag
+    assert (out / "index.svg").read_text().startswith("<svg")
+    assert "| adapter |" in (out / "summary.md").read_text()
+
+
+@pytest.fixture
+def json_snapshot(snapshot):
+    return snapshot.use_extension(JSONSnapshotExtension)
+
+
+@pytest.mark.parametrize("adapter", adapter_names())
+def test_adapter_behaviour_snapshot(matrix_run, json_snapshot, adapter):
+    """One diff-friendly file per adapter: case → delivery → observed behaviour.
+
+    ``pytest --snapshot-update`` records; a change in vLLM, SGLang or the reference shows
+    as a diff naming the case, the adapter and the mode.
+    """
+    _, results, _ = matrix_run
+    cells = [c for c in results["cells"] if c["adapter"] == adapter]
+    if all(c["outcome"] == "unavailable" for c in cells):
+        pytest.skip(f"{adapter} is not installed here")
+    behaviour: dict[str, dict[str, dict]] = defaultdict(dict)
+    for cell in cells:
+        observed = {k: v for k, v in (cell["observed"] or {}).items() if k != "meta"}
+        behaviour[cell["case"]][cell["delivery"]] = {
+            "outcome": cell["outcome"], "fields": cell["fields"], "variant": cell["variant"],
+            "variants_differing": cell["variants_differing"], "observed": observed,
+        }
+    assert dict(sorted(behaviour.items())) == json_snapshot
