@@ -58,16 +58,27 @@ def strict_json(text: str) -> tuple[bool, Any]:
 
 
 def json_equal(a: Any, b: Any) -> bool:
-    """JSON value equality that keeps booleans apart from numbers."""
-    if isinstance(a, bool) or isinstance(b, bool):
-        return type(a) is type(b) and a == b
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-        return a == b and not (isinstance(a, float) and math.isnan(a))
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(json_equal(a[k], b[k]) for k in a)
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(json_equal(x, y) for x, y in zip(a, b))
-    return type(a) is type(b) and a == b
+    """JSON value equality that keeps booleans apart from numbers (iterative: any depth)."""
+    stack = [(a, b)]
+    while stack:
+        x, y = stack.pop()
+        if isinstance(x, bool) or isinstance(y, bool):
+            if type(x) is not type(y) or x != y:
+                return False
+        elif isinstance(x, (int, float)) and isinstance(y, (int, float)):
+            if x != y or (isinstance(x, float) and math.isnan(x)):
+                return False
+        elif isinstance(x, dict) and isinstance(y, dict):
+            if x.keys() != y.keys():
+                return False
+            stack.extend((x[k], y[k]) for k in x)
+        elif isinstance(x, list) and isinstance(y, list):
+            if len(x) != len(y):
+                return False
+            stack.extend(zip(x, y))
+        elif type(x) is not type(y) or x != y:
+            return False
+    return True
 
 
 def compare_arguments(expected: str, observed: str) -> str | None:

@@ -25,7 +25,7 @@ MODES: dict[str, str] = {
     "stream-token": "one token per delta, as an engine streams it",
     "stream-burst": "BURST tokens per delta (default 4), as speculative decoding streams it",
     "stream-char": "one character per delta (text-level, no token ids)",
-    "stream-marker-split": "token-aligned cuts plus every marker cut at offset k, one stream per k (text-level)",
+    "stream-marker-split": "every marker cut at offset k, one stream per k; text between markers in one delta (text-level)",
     "stream-random": "seeded random cut points; the seed is recorded with the result (text-level)",
     "stream-recorded": "the case's own recorded deltas, only cases that have them (text-level)",
 }
@@ -110,8 +110,11 @@ def deliveries(
 
 
 def _marker_splits(text: str, spans: list[tuple[int, str]]) -> list[Delivery]:
-    """For each offset k, one stream in which every marker is cut after its k-th character."""
-    token_bounds = _token_ends(spans)
+    """For each offset k, one stream in which every marker is cut after its k-th character.
+
+    Text between markers travels as one delta each, so a long argument costs one delta,
+    not one per token: the mode is about the split points inside markers.
+    """
     occurrences = []
     for marker in SPLIT_MARKERS:
         start = text.find(marker)
@@ -119,14 +122,15 @@ def _marker_splits(text: str, spans: list[tuple[int, str]]) -> list[Delivery]:
             occurrences.append((start, marker))
             start = text.find(marker, start + len(marker))
     if not occurrences:
-        return [Delivery("stream-marker-split", cut(text, token_bounds), variant="no markers")]
+        return [Delivery("stream-marker-split", cut(text, _token_ends(spans)), variant="no markers")]
+    edges = {start for start, _ in occurrences} | {start + len(m) for start, m in occurrences}
     longest = max(len(m) for _, m in occurrences)
-    result = []
-    for k in range(1, longest):
-        cuts = set(token_bounds)
-        cuts.update(start + k for start, marker in occurrences if k < len(marker))
-        result.append(Delivery("stream-marker-split", cut(text, sorted(cuts)), variant=f"k={k}"))
-    return result
+    return [
+        Delivery("stream-marker-split",
+                 cut(text, sorted(edges | {start + k for start, m in occurrences if k < len(m)})),
+                 variant=f"k={k}")
+        for k in range(1, longest)
+    ]
 
 
 def _token_ends(spans: list[tuple[int, str]]) -> list[int]:

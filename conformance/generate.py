@@ -685,8 +685,7 @@ def _json(g: _Generator) -> None:
         ("after_key", '{"command"'),
         ("after_colon", '{"command":'),
         ("mid_string", '{"command": "grep -rn'),
-        # ("mid_escape", '{"command": "grep -rn \\'): left out, the reference parser reads the
-        # backslash as escaping the '<' of the call end marker (see /work/scratch/notes/reference_bugs.md).
+        ("mid_escape", '{"command": "grep -rn \\'),
         ("after_comma", '{"command": "grep -rn \\"TODO\\" src/",'),
         ("mid_number", '{"command": "grep -rn \\"TODO\\" src/", "timeout": 3'),
         ("mid_nested_object", '{"command": "grep -rn \\"TODO\\" src/", "timeout": 30, "env": {"LANG": "C.UTF-8"'),
@@ -782,9 +781,7 @@ def _json(g: _Generator) -> None:
         g.emit("A lone surrogate escape inside a string", text, tools=tools_for("get_news"), calls=[call], bugs=(25,))
 
     k = "JSON.deep-nesting"
-    # Depth 1000 and more is left out: the reference parser raises RecursionError there
-    # (see /work/scratch/notes/reference_bugs.md).
-    for depth in (32, 128, 512):
+    for depth in (32, 128, 512, 1000):
         g.start(k, f"y_json_deep_nesting_{depth}_levels")
         arguments = '{"data": ' + "[" * depth + "1" + "]" * depth + "}"
         text, call = _one_call("calculator", arguments)
@@ -1458,16 +1455,6 @@ def render_taxonomy(g: _Generator) -> str:
         links = " ".join(f"[link]({u})" for u in urls)
         lines.append(f"| {n} | {title} {links} | " + ", ".join(f"`{i}`" for i in ids) + f" | {note} |")
     lines += [
-        "",
-        "## Left out until the reference parser is fixed",
-        "",
-        "The generator refuses a case whose reference result is not the result it built. Two such inputs are",
-        "left out (details and expected results in `/work/scratch/notes/reference_bugs.md`):",
-        "",
-        "- `y_json_deep_nesting_1000_levels`: valid arguments nested 1000 levels deep make the reference raise",
-        "  `RecursionError` (`_is_json` catches only `ValueError`); `JSON.deep-nesting` stops at 512 levels.",
-        "- `n_json_truncated_mid_escape`: arguments cut off right after a backslash inside a string; the reference",
-        "  reads `\\<` as an escape, misses the call end and leaves the whole `<|tool_call_end|>` in the arguments.",
         "",
     ]
     return "\n".join(lines)

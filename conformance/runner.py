@@ -10,11 +10,13 @@ harness error that stops the run with a traceback (exit status 2).
 from __future__ import annotations
 
 import fnmatch
+import logging
 import multiprocessing
 import os
 import sys
 import time
 import traceback
+import warnings
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
@@ -165,8 +167,14 @@ def _stream_diffs(result: Result, whole: Result | None) -> list[FieldDiff]:
 
 
 def _worker(conn: Connection, config: RunConfig) -> None:
-    """Import every adapter once, then run the cells the parent sends until it sends None."""
+    """Import every adapter once, then run the cells the parent sends until it sends None.
+
+    Parsers log freely (SGLang warns once per unrecognised id); a worker's output would
+    bury the progress bar, so it goes to /dev/null and results travel over the pipe.
+    """
     from k2conform.tokenizer import load_tokenizer
+
+    _silence()
 
     try:
         corpus = {c.id: c for c in load_corpus(config.corpus_root).completions}
@@ -188,6 +196,14 @@ def _worker(conn: Connection, config: RunConfig) -> None:
             conn.send(("harness-error", traceback.format_exc()))
             return
         conn.send(("cell", cell))
+
+
+def _silence() -> None:
+    logging.disable(logging.CRITICAL)
+    warnings.simplefilter("ignore")
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
 
 
 @dataclass

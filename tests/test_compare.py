@@ -32,3 +32,10 @@ def test_result_diffs_name_the_field_and_the_call():
 def test_null_and_empty_content_are_the_same_and_unknown_ids_are_not_compared():
     assert compare_results(Result(content=None), Result(content="")) == []
     assert compare_results(Result(tool_calls=(ToolCall("f", "{}"),)), Result(tool_calls=(ToolCall("f", "{}", "x"),))) == []
+
+
+def test_deeply_nested_arguments_compare_without_recursion_limits():
+    deep = "[" * 800 + "]" * 800  # parses (the json module recurses), too deep for a recursive compare
+    assert compare_arguments(deep, deep) is None
+    assert compare_arguments(deep, "[" * 799 + "1" + "]" * 799) == "json"
+    assert compare_arguments("[" * 100000, "[" * 100000) is None  # too deep to parse: bytes

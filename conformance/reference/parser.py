@@ -45,6 +45,7 @@ _ARGS_TERMINATORS = frozenset((mk.CALL_END, mk.CALL_BEGIN, *_SECTION_ENDS, mk.IM
 _ARGS_OUTSIDE_STRING = re.compile(r'["<]')
 _ARGS_INSIDE_STRING = re.compile(r'["\\<]')
 _WHITESPACE = " \t\r\n"
+_JSON_ESCAPES = frozenset('"\\/bfnrtu')
 _INDEX_SUFFIX = re.compile(r"\s*[0-9]+\s*")
 
 
@@ -163,8 +164,11 @@ class ReferenceParser:
                 self._args_text(data[pos:i])
                 self._pending = data[i:]
                 return n
-            self._args_text(data[pos : i + 2])
-            return i + 2
+            # Only a real JSON escape pairs the backslash with the next character: `\<` is
+            # no escape, so the `<` is still examined as the start of a marker.
+            width = 2 if i + 1 < n and data[i + 1] in _JSON_ESCAPES else 1
+            self._args_text(data[pos : i + width])
+            return i + width
         if char == '"':
             self._args_text(data[pos : i + 1])
             if self._in_string and self._held is not None:
@@ -381,7 +385,7 @@ class ReferenceParser:
         """ID.foreign: the one declared tool that accepts the arguments, else the id stem."""
         try:
             args = json.loads(arguments)
-        except ValueError:
+        except (ValueError, RecursionError):
             args = None
         fits = [name for name, schema in self._tools.items() if _accepts(schema, args)]
         return fits[0] if len(fits) == 1 else fallback
@@ -446,7 +450,7 @@ def _dotted_suffixes(name: str) -> Iterable[str]:
 def _is_json(text: str) -> bool:
     try:
         json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return False
     return True
 
