@@ -25,7 +25,7 @@ MODES: dict[str, str] = {
     "stream-token": "one token per delta, as an engine streams it",
     "stream-burst": "BURST tokens per delta (default 4), as speculative decoding streams it",
     "stream-char": "one character per delta (text-level, no token ids)",
-    "stream-marker-split": "every marker cut at offset k, one stream per k; text between markers in one delta (text-level)",
+    "stream-marker-split": "9 streams that together cut every marker at every inner offset; text between markers in one delta (text-level)",
     "stream-random": "seeded random cut points; the seed is recorded with the result (text-level)",
     "stream-recorded": "the case's own recorded deltas, only cases that have them (text-level)",
 }
@@ -33,6 +33,7 @@ TOKEN_ALIGNED_MODES = ("whole", "stream-token", "stream-burst")
 DEFAULT_MODES = tuple(m for m in MODES if m != "stream-recorded")
 DEFAULT_BURST = 4
 DEFAULT_SEED = 20261130
+MARKER_SPLIT_STRIDE = 9
 
 #: Markers whose every inner split point stream-marker-split exercises.
 SPLIT_MARKERS: tuple[str, ...] = mk.LEAK_MARKERS + (mk.IM_END, mk.THINK_BEGIN, mk.THINK_END)
@@ -110,10 +111,12 @@ def deliveries(
 
 
 def _marker_splits(text: str, spans: list[tuple[int, str]]) -> list[Delivery]:
-    """For each offset k, one stream in which every marker is cut after its k-th character.
+    """Every offset inside every marker is a delta boundary in exactly one of the streams.
 
-    Text between markers travels as one delta each, so a long argument costs one delta,
-    not one per token: the mode is about the split points inside markers.
+    Stream k cuts every marker after its k-th, (k+STRIDE)-th, (k+2·STRIDE)-th …
+    character, so STRIDE streams cover all split points of markers up to 3·STRIDE long
+    (the longest is 28).  Text between markers travels as one delta, so a long argument
+    costs one delta, not one per token: the mode is about the split points inside markers.
     """
     occurrences = []
     for marker in SPLIT_MARKERS:
@@ -125,12 +128,13 @@ def _marker_splits(text: str, spans: list[tuple[int, str]]) -> list[Delivery]:
         return [Delivery("stream-marker-split", cut(text, _token_ends(spans)), variant="no markers")]
     edges = {start for start, _ in occurrences} | {start + len(m) for start, m in occurrences}
     longest = max(len(m) for _, m in occurrences)
-    return [
-        Delivery("stream-marker-split",
-                 cut(text, sorted(edges | {start + k for start, m in occurrences if k < len(m)})),
-                 variant=f"k={k}")
-        for k in range(1, longest)
-    ]
+    streams = []
+    for k in range(1, min(MARKER_SPLIT_STRIDE, longest - 1) + 1):
+        offsets = range(k, longest, MARKER_SPLIT_STRIDE)
+        cuts = edges | {start + o for start, m in occurrences for o in offsets if o < len(m)}
+        label = "k=" + ",".join(str(o) for o in offsets)
+        streams.append(Delivery("stream-marker-split", cut(text, sorted(cuts)), variant=label))
+    return streams
 
 
 def _token_ends(spans: list[tuple[int, str]]) -> list[int]:

@@ -94,7 +94,7 @@ def select_cases(cases: Iterable[CompletionCase], globs: Sequence[str]) -> list[
 
 
 def run_cell(adapter: Any, availability: Availability, case: CompletionCase, mode: str,
-             tokenizer: Any, config: RunConfig) -> Cell:
+             tokenizer: Any, config: RunConfig, whole_results: dict | None = None) -> Cell:
     """Every variant of ``mode`` through ``adapter``; the cell reports the worst variant."""
     started = time.perf_counter()
     if availability.status != "ok":
@@ -109,7 +109,11 @@ def run_cell(adapter: Any, availability: Availability, case: CompletionCase, mod
                     observed=Result.failed("unavailable", "the case has no recorded deltas").to_json())
     whole = None
     if mode != "whole":
-        whole = execute(adapter, case.request, dl.deliveries(case.model_output, "whole", tokenizer)[0])
+        cache = whole_results if whole_results is not None else {}
+        key = (case.id, adapter.name)
+        if key not in cache:
+            cache[key] = execute(adapter, case.request, dl.deliveries(case.model_output, "whole", tokenizer)[0])
+        whole = cache[key]
     judged = [_judge(case, execute(adapter, case.request, v), whole) for v in variants]
     worst = min(judged, key=lambda j: _SEVERITY[j[0]])
     outcome, diffs, result = worst
@@ -185,13 +189,17 @@ def _worker(conn: Connection, config: RunConfig) -> None:
         conn.send(("harness-error", traceback.format_exc()))
         return
     conn.send(("ready", {name: (a.status, a.reason) for name, a in availability.items()}))
+    whole_results: dict = {}  # one-shot results, reused by every stream cell of the same case
     while True:
         task = conn.recv()
         if task is None:
             return
         case_id, adapter_name, mode = task
         try:
-            cell = run_cell(adapters[adapter_name], availability[adapter_name], corpus[case_id], mode, tokenizer, config)
+            if len(whole_results) > 256:
+                whole_results.clear()
+            cell = run_cell(adapters[adapter_name], availability[adapter_name], corpus[case_id], mode,
+                            tokenizer, config, whole_results)
         except BaseException:  # noqa: BLE001 - reported to the parent as a harness error
             conn.send(("harness-error", traceback.format_exc()))
             return
@@ -310,10 +318,11 @@ class Matrix:
 
 
 def plan(cases: Sequence[CompletionCase], adapters: Sequence[str], modes: Sequence[str]) -> list[tuple[str, str, str]]:
-    """The cells to run: stream-recorded only for cases that recorded deltas."""
+    """The cells to run, longest outputs first so no long cell is left for the end;
+    stream-recorded only for cases that recorded deltas."""
     return [
         (case.id, adapter, mode)
-        for case in cases
+        for case in sorted(cases, key=lambda c: -len(c.model_output))
         for adapter in adapters
         for mode in modes
         if mode != "stream-recorded" or case.deltas is not None
