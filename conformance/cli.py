@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import signal
 import sys
@@ -27,6 +28,11 @@ The canonical result every adapter returns (one JSON object):
    "outcome": "ok"|"crash"|"timeout"|"unavailable"|"adapter-error", "error": str|null,
    "meta": {...recorded, never compared...}}
 """
+
+
+#: Modules that each add one subcommand with ``add_parser(subparsers)``; their handlers
+#: raise UsageError for bad input and return the exit status.
+COMMAND_MODULES: tuple[str, ...] = ()
 
 
 class UsageError(Exception):
@@ -119,6 +125,9 @@ def _build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("list-adapters", help="each adapter's name, version and availability")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(handler=cmd_list_adapters)
+
+    for module_name in COMMAND_MODULES:
+        importlib.import_module(module_name).add_parser(sub)
     return parser
 
 
