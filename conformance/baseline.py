@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from k2conform.corpus import CorpusError
-from k2conform.runner import PASSING, Cell
+from k2conform.runner import FINDINGS, Cell
 
 _REQUIRED = ("adapter", "outcome", "fields", "deliveries", "cases")
 _KEYS = set(_REQUIRED) | {"reason", "link"}
@@ -102,25 +102,35 @@ class Verdict:
     new: list[Cell]
     baselined: list[Cell]
     stale: list[Stale]
+    adapter_errors: dict[str, dict[str, int]]  # adapter → error message → cells
 
     @property
     def passed(self) -> bool:
-        return not self.new and not self.stale
+        return not self.new and not self.stale and not self.adapter_errors
 
 
 def judge(cells: Sequence[Cell], entries: Sequence[BaselineEntry]) -> Verdict:
-    """Split the failing cells into new and baselined; find entries that no longer occur."""
+    """Split the findings into new and baselined; find entries that no longer occur.
+
+    Cells whose adapter glue failed are set apart (``adapter_errors``): they say nothing
+    about the parser, so they are neither findings nor evidence that an entry is stale.
+    """
     new, baselined = [], []
+    adapter_errors: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     matched: set[tuple[int, str, str]] = set()
     for cell in cells:
-        if cell.outcome in PASSING:
+        if cell.outcome == "adapter-error":
+            error = (cell.observed or {}).get("error") or "adapter-error"
+            adapter_errors[cell.adapter][error] += 1
+            continue
+        if cell.outcome not in FINDINGS:
             continue
         hits = [i for i, e in enumerate(entries) if e.matches(cell)]
         (baselined if hits else new).append(cell)
         matched.update((i, cell.case, cell.delivery) for i in hits)
     ran: dict[tuple[str, str], set[str]] = defaultdict(set)
     for cell in cells:
-        if cell.outcome != "unavailable":
+        if cell.outcome not in ("unavailable", "adapter-error"):
             ran[(cell.adapter, cell.case)].add(cell.delivery)
     stale = []
     for i, entry in enumerate(entries):
@@ -133,7 +143,7 @@ def judge(cells: Sequence[Cell], entries: Sequence[BaselineEntry]) -> Verdict:
             else:
                 stale.extend(Stale(entry, case, d) for d in entry.deliveries
                              if d in deliveries and (i, case, d) not in matched)
-    return Verdict(new, baselined, stale)
+    return Verdict(new, baselined, stale, {a: dict(e) for a, e in adapter_errors.items()})
 
 
 def baseline_from_cells(cells: Iterable[Cell], previous: Sequence[BaselineEntry] = ()) -> dict[str, Any]:
@@ -142,7 +152,7 @@ def baseline_from_cells(cells: Iterable[Cell], previous: Sequence[BaselineEntry]
     failing: dict[tuple[str, str, tuple[str, ...]], dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
     for cell in cells:
         modes_run[(cell.adapter, cell.case)].add(cell.delivery)
-        if cell.outcome not in PASSING:
+        if cell.outcome in FINDINGS:
             failing[(cell.adapter, cell.outcome, tuple(cell.fields))][cell.case].add(cell.delivery)
     entries = []
     for (adapter, outcome, fields), by_case in failing.items():

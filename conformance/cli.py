@@ -17,7 +17,7 @@ from k2conform.corpus import CorpusError, default_corpus_dir, iter_problems, loa
 from k2conform.harness import execute
 from k2conform.model import Request, Result
 from k2conform.registry import UnknownAdapter, adapter_names, create_adapter, load
-from k2conform.runner import PASSING, HarnessError
+from k2conform.runner import FINDINGS, HarnessError
 
 DESCRIPTION = """\
 Conformance suite and fuzzing corpus for the Kimi K2 tool-calling format.
@@ -287,10 +287,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         ],
         "cells": [cell.to_json() for cell in cells],
     }
-    passed = all(cell.outcome in PASSING for cell in cells)
+    verdict = judge(cells, entries or [])
+    passed = verdict.passed if entries is not None else not verdict.adapter_errors and not any(
+        cell.outcome in FINDINGS for cell in cells)
+    results["adapter_errors"] = verdict.adapter_errors
     if entries is not None:
-        verdict = judge(cells, entries)
-        passed = verdict.passed
         results["gate"] = {"passed": passed, "new": len(verdict.new), "baselined": len(verdict.baselined),
                            "stale": [e.to_json() for e in verdict.stale],
                            "new_cells": [f"{c.case} {c.adapter} {c.delivery}: {c.outcome} {','.join(c.fields)}" for c in verdict.new]}

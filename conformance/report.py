@@ -11,7 +11,8 @@ from typing import Any, Iterable
 
 from k2conform.markers import visible
 
-JUDGED = ("agree", "differs", "crash", "timeout", "adapter-error")
+#: Cells that say something about the parser; adapter-error cells never count against it.
+JUDGED = ("agree", "differs", "crash", "timeout")
 _COLOURS = {
     "agree": "#2e7d32", "differs": "#c62828", "impl-defined": "#5c6bc0", "crash": "#6a1b9a",
     "timeout": "#ef6c00", "unavailable": "#9e9e9e", "adapter-error": "#795548",
@@ -127,13 +128,23 @@ def markdown(results: dict[str, Any]) -> str:
 
 
 def _header_warnings(results: dict[str, Any], prefix: str) -> list[str]:
+    """One line per adapter that is unsupported, unavailable or whose glue failed."""
     warnings = []
+    errors = results.get("adapter_errors") or {}
     for adapter in results["adapters"]:
-        if adapter["status"] != "ok":
-            warnings.append(f"{prefix}{adapter['name']}: {adapter['status']} ({adapter['reason']})")
+        name, version = adapter["name"], adapter.get("version") or "not installed"
+        written_for = ", ".join(adapter.get("supported_versions") or []) or "any release"
+        if adapter["status"] == "unavailable":
+            warnings.append(f"{prefix}{name}: unavailable ({adapter['reason']})")
+        elif name in errors:
+            cells = sum(errors[name].values())
+            detail = "; ".join(f"{message} ({n} cells)" for message, n in errors[name].items())
+            warnings.append(f"{prefix}{name}: ADAPTER ERROR, not a parser finding: the adapter was written for "
+                            f"{written_for}, the installed release is {version}; {detail}. "
+                            f"Its {cells} cells are not counted as disagreements.")
         elif adapter.get("supported") is False:
-            warnings.append(f"{prefix}{adapter['name']} {adapter['version']} is not a release this adapter was "
-                            f"written for ({', '.join(adapter['supported_versions'])}); glue failures show as adapter-error")
+            warnings.append(f"{prefix}{name} {version} is not a release this adapter was written for "
+                            f"({written_for}); it still runs, and a glue failure would show as adapter-error")
     return warnings + ([""] if warnings else [])
 
 

@@ -34,6 +34,9 @@ from k2conform.registry import Availability, create_adapter, load
 #: say the parser or its adapter could not produce a result.
 CELL_OUTCOMES = ("agree", "differs", "impl-defined", "crash", "timeout", "unavailable", "adapter-error")
 PASSING = ("agree", "impl-defined", "unavailable")
+#: Findings about the parser under test.  ``adapter-error`` is deliberately not one: it is
+#: a fact about k2conform's glue and the installed release, reported once per adapter.
+FINDINGS = ("differs", "crash", "timeout")
 
 
 class HarnessError(RuntimeError):
@@ -170,7 +173,7 @@ def _stream_diffs(result: Result, whole: Result | None) -> list[FieldDiff]:
 # -- workers ---------------------------------------------------------------------------------
 
 
-def _worker(conn: Connection, config: RunConfig) -> None:
+def _worker(conn: Connection, config: RunConfig, silence: bool = True) -> None:
     """Import every adapter once, then run the cells the parent sends until it sends None.
 
     Parsers log freely (SGLang warns once per unrecognised id); a worker's output would
@@ -178,7 +181,8 @@ def _worker(conn: Connection, config: RunConfig) -> None:
     """
     from k2conform.tokenizer import load_tokenizer
 
-    _silence()
+    if silence:
+        _silence()
 
     try:
         corpus = {c.id: c for c in load_corpus(config.corpus_root).completions}
