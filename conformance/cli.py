@@ -27,12 +27,32 @@ The canonical result every adapter returns (one JSON object):
    "tool_calls": [{"id": str|null, "name": str, "arguments": str}],
    "outcome": "ok"|"crash"|"timeout"|"unavailable"|"adapter-error", "error": str|null,
    "meta": {...recorded, never compared...}}
+
+Adapters in another process (the adapter protocol, docs/adapter-protocol.md):
+  --adapter 'cmd:COMMAND ARGS' (or 'NAME=cmd:COMMAND ARGS') wherever an adapter name is
+  accepted.  The command is started once and speaks one JSON object per line:
+    hello (its first stdout line):
+      {"protocol": "k2conform-adapter/1", "name": str, "version": str|null,
+       "status": "ok"|"unavailable"|"adapter-error", "reason": str}
+    request (one stdin line per parse):
+      {"mode": "whole"|"stream", "request": {"tools": [...], "tool_choice": ..., "thinking": bool},
+       "deltas": [{"text": str, "token_ids": [int]}]}        (whole: exactly one delta)
+    response (one stdout line per request):
+      whole:  the canonical result above
+      stream: {"events": [{"content"?: str, "reasoning"?: str,
+                           "tool_calls"?: [{"index": int, "id"?: str, "name"?: str, "arguments"?: str}]}]}
+      either: {"outcome": "crash"|"adapter-error"|"unavailable", "error": str} on failure
+  Exit, garbage on stdout or a hang past --timeout makes the cell crash/timeout; the
+  process is restarted and the run goes on.  Reports name it NAME, else the whole
+  'cmd:...' value, with the version from the hello.  `k2conform serve-adapter NAME`
+  speaks the protocol for any in-process adapter, so it can run in another environment:
+  --adapter 'cmd:/other/venv/bin/k2conform serve-adapter vllm'.
 """
 
 
 #: Modules that each add one subcommand with ``add_parser(subparsers)``; their handlers
 #: raise UsageError for bad input and return the exit status.
-COMMAND_MODULES: tuple[str, ...] = ()
+COMMAND_MODULES: tuple[str, ...] = ("k2conform.serve_adapter",)
 
 
 class UsageError(Exception):

@@ -28,7 +28,12 @@ def adapter_names() -> list[str]:
 
 
 def create_adapter(name: str) -> Adapter:
-    """An adapter instance, not yet loaded."""
+    """An adapter instance, not yet loaded.  ``cmd:COMMAND ARGS`` (or ``NAME=cmd:...``) is an
+    adapter in another process speaking the adapter protocol (docs/adapter-protocol.md)."""
+    from k2conform_adapters.command import CommandAdapter, is_command_spec
+
+    if is_command_spec(name):
+        return CommandAdapter(name)
     entry_point = _entry_points().get(name)
     if entry_point is None:
         raise UnknownAdapter(name)

@@ -1,0 +1,426 @@
+"""An adapter in another process: ``--adapter 'cmd:COMMAND ARGS'`` (or ``NAME=cmd:...``).
+
+The command speaks the *k2conform adapter protocol* (docs/adapter-protocol.md), one JSON
+object per line, toml-test style:
+
+* on start it writes a **hello** line: ``{"protocol": "k2conform-adapter/1", "name": ...,
+  "version": ..., "status": "ok"|"unavailable"|"adapter-error", "reason": ...}``;
+* then, for every **request** line it reads on stdin (``{"mode": "whole"|"stream",
+  "request": {"tools", "tool_choice", "thinking"}, "deltas": [{"text", "token_ids"}]}``)
+  it writes one **response** line on stdout: the canonical result for ``whole``,
+  ``{"events": [delta message, ...]}`` for ``stream``, or a failure
+  ``{"outcome": "crash"|"adapter-error"|"unavailable", "error": "..."}`` for either.
+
+The process is started once and kept.  When it exits, or writes anything that is not a
+well-formed response, the request becomes a ``crash`` (:class:`ParserCrash`, with the
+exit status and the tail of its stderr), the process is discarded, and the next request
+starts a fresh one.  A process that hangs is the runner's business: its per-cell deadline
+replaces the worker, and the command dies with it (it is started with a parent-death
+signal and in its own process group).
+
+The adapter's name in reports is ``NAME`` when given (``vllm-0.11=cmd:...``), otherwise the
+whole ``cmd:...`` spec, so two environments of the same parser get distinct names in one
+matrix; the version column shows the remote release from the hello.  ``k2conform serve-adapter NAME`` speaks the
+protocol for any in-process adapter.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import re
+import select
+import shlex
+import signal
+import subprocess
+import tempfile
+import time
+import weakref
+from typing import Any, Mapping, Sequence
+
+from k2conform.adapter import Adapter, AdapterGlueError, AdapterUnavailable, ParserCrash
+from k2conform.model import Delta, Request, Result, StreamEvent, ToolCallDelta
+
+PROTOCOL = "k2conform-adapter/1"
+PREFIX = "cmd:"
+#: ``NAME=cmd:COMMAND``: an explicit report name.
+_NAMED = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9_.@+\-]*)=cmd:(?P<command>.*)$", re.S)
+#: Seconds a command may take to write its hello (importing vLLM takes a while).
+STARTUP_TIMEOUT = float(os.environ.get("K2CONFORM_CMD_STARTUP_TIMEOUT", "300"))
+_RESULT_OUTCOMES = ("ok", "crash", "timeout", "unavailable", "adapter-error")
+
+
+def is_command_spec(spec: str) -> bool:
+    """Whether an ``--adapter`` value names an out-of-process adapter."""
+    return spec.startswith(PREFIX) or _NAMED.match(spec) is not None
+
+
+class ProtocolError(Exception):
+    """The peer wrote something that is not a well-formed protocol line."""
+
+
+class _Peer:
+    """One running command: its pipes, its stderr file, and line reading with a deadline."""
+
+    def __init__(self, argv: Sequence[str]) -> None:
+        self.stderr = tempfile.TemporaryFile()
+        try:
+            self.process = subprocess.Popen(
+                list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr,
+                start_new_session=True, preexec_fn=_die_with_parent,
+            )
+        except OSError as error:
+            self.stderr.close()
+            raise AdapterGlueError("cmd", f"cannot start {shlex.join(argv)!r}: {error}") from error
+        self._buffer = b""
+
+    def send(self, message: Mapping[str, Any]) -> None:
+        line = json.dumps(message, ensure_ascii=False, separators=(",", ":")) + "\n"
+        assert self.process.stdin is not None
+        try:
+            self.process.stdin.write(line.encode("utf-8"))
+            self.process.stdin.flush()
+        except (BrokenPipeError, OSError) as error:
+            raise ProtocolError(f"cannot write the request: {error}{self.exit_note()}") from error
+
+    def receive(self, timeout: float | None = None) -> Any:
+        """The next line as JSON; ProtocolError on EOF, garbage or the deadline."""
+        assert self.process.stdout is not None
+        fd = self.process.stdout.fileno()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while b"\n" not in self._buffer:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise ProtocolError(f"no line within {timeout:g} s")
+            ready, _, _ = select.select([fd], [], [], remaining)
+            if not ready:
+                continue
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                raise ProtocolError(f"the process closed its stdout{self.exit_note()}")
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        try:
+            return json.loads(line.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            shown = line[:120].decode("utf-8", "replace")
+            raise ProtocolError(f"not a JSON line on stdout: {shown!r}") from None
+
+    def exit_note(self) -> str:
+        try:
+            status = self.process.wait(timeout=1)
+        except subprocess.TimeoutExpired:
+            return ""
+        note = f" (exit status {status})"
+        tail = self.stderr_tail()
+        return note + (f"; stderr ends: {tail}" if tail else "")
+
+    def stderr_tail(self, size: int = 400) -> str:
+        try:
+            self.stderr.seek(0, os.SEEK_END)
+            end = self.stderr.tell()
+            self.stderr.seek(max(0, end - size))
+            return self.stderr.read().decode("utf-8", "replace").strip()
+        except (OSError, ValueError):
+            return ""
+
+    def close(self) -> None:
+        process = self.process
+        if process.poll() is None:
+            try:
+                assert process.stdin is not None
+                process.stdin.close()
+                process.wait(timeout=2)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        if process.poll() is None:
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                process.kill()
+            process.wait(timeout=5)
+        for stream in (process.stdin, process.stdout):
+            try:
+                if stream is not None:
+                    stream.close()
+            except OSError:
+                pass
+        self.stderr.close()
+
+
+def _die_with_parent() -> None:
+    """In the child: receive SIGKILL when the parent (a runner worker) dies."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except Exception:  # noqa: BLE001 - not Linux: the process group kill still applies
+        pass
+
+
+_LIVE: "weakref.WeakSet[CommandAdapter]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:
+    for adapter in list(_LIVE):
+        adapter.close()
+
+
+class CommandAdapter(Adapter):
+    """An adapter whose parser runs in a command speaking the k2conform adapter protocol."""
+
+    package = None
+    description = "out-of-process adapter (k2conform adapter protocol over stdin/stdout)"
+
+    def __init__(self, spec: str) -> None:
+        named = _NAMED.match(spec)
+        if named:
+            self._label: str | None = named["name"]
+            command = named["command"]
+        elif spec.startswith(PREFIX):
+            self._label = None
+            command = spec[len(PREFIX):]
+        else:
+            raise ValueError(f"not a cmd: adapter: {spec!r}")
+        self.spec = spec
+        self.argv = shlex.split(command)
+        if not self.argv:
+            raise ValueError(f"{spec!r}: no command after 'cmd:'")
+        self._peer: _Peer | None = None
+        self._hello: dict[str, Any] | None = None
+        self._hello_error: str | None = None
+        self.starts = 0
+        _LIVE.add(self)
+
+    # --- identity (from the hello) ----------------------------------------------------------
+
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        """``NAME`` of ``NAME=cmd:...``, else the spec itself: known before the process starts,
+        so every cell, including one the runner files for a lost worker, carries it."""
+        return self._label or self.spec
+
+    @property
+    def supported_versions(self) -> tuple[str, ...]:  # type: ignore[override]
+        hello = self._ensure_hello()
+        return tuple(hello.get("supported_versions") or ()) if hello else ()
+
+    def version(self) -> str | None:
+        hello = self._ensure_hello()
+        return hello.get("version") if hello else None
+
+    def remote_name(self) -> str | None:
+        hello = self._ensure_hello()
+        return hello["name"] if hello else None
+
+    def _ensure_hello(self) -> dict[str, Any] | None:
+        if self._hello is None and self._hello_error is None:
+            try:
+                self._start()
+            except (AdapterGlueError, ProtocolError) as error:
+                self._hello_error = str(error)
+        return self._hello
+
+    # --- the process ---------------------------------------------------------------------------
+
+    def _start(self) -> _Peer:
+        peer = _Peer(self.argv)
+        self.starts += 1
+        try:
+            hello = peer.receive(timeout=STARTUP_TIMEOUT)
+            _check_hello(hello)
+        except ProtocolError as error:
+            peer.close()
+            raise AdapterGlueError("cmd hello", f"{shlex.join(self.argv)}: {error}") from None
+        if self._hello is None:
+            self._hello = hello
+        self._peer = peer
+        return peer
+
+    def close(self) -> None:
+        if self._peer is not None:
+            peer, self._peer = self._peer, None
+            peer.close()
+
+    def load(self) -> None:
+        if self._peer is None:
+            try:
+                self._start()
+            except AdapterGlueError as error:
+                self._hello_error = str(error)
+                raise
+        assert self._hello is not None
+        status = self._hello.get("status", "ok")
+        reason = self._hello.get("reason") or ""
+        if status == "unavailable":
+            raise AdapterUnavailable(f"{self._hello['name']} (via {self.argv[0]}): {reason}")
+        if status == "adapter-error":
+            raise AdapterGlueError(f"{self._hello['name']} (via {self.argv[0]})", reason)
+
+    def _exchange(self, message: Mapping[str, Any]) -> Any:
+        """One request, one response; a dead or babbling peer is the parser's crash."""
+        peer = self._peer if self._peer is not None else self._start()
+        try:
+            peer.send(message)
+            response = peer.receive()
+        except ProtocolError as error:
+            self.close()
+            raise ParserCrash(error) from None
+        except BaseException:
+            # Interrupted mid-exchange (a deadline alarm): the peer's next line would
+            # answer this request, so it cannot be reused.
+            self.close()
+            raise
+        if not isinstance(response, dict):
+            self.close()
+            raise ParserCrash(ProtocolError(f"a response must be a JSON object, not {type(response).__name__}"))
+        return response
+
+    # --- the two parse modes ---------------------------------------------------------------
+
+    def parse_whole(self, request: Request, output: Delta) -> Result:
+        response = self._exchange(_request_line("whole", request, (output,)))
+        try:
+            return _result(response)
+        except ProtocolError as error:
+            self.close()
+            raise ParserCrash(error) from None
+
+    def parse_stream(self, request: Request, deltas: Sequence[Delta]) -> list[StreamEvent]:
+        response = self._exchange(_request_line("stream", request, deltas))
+        try:
+            if "events" not in response:
+                _raise_failure(response)
+            return _events(response)
+        except ProtocolError as error:
+            self.close()
+            raise ParserCrash(error) from None
+
+
+# --- the wire format, both directions -------------------------------------------------------
+
+
+def _request_line(mode: str, request: Request, deltas: Sequence[Delta]) -> dict[str, Any]:
+    return {
+        "mode": mode,
+        "request": request.to_json(),
+        "deltas": [{"text": d.text, "token_ids": list(d.token_ids)} for d in deltas],
+    }
+
+
+def parse_request_line(data: Any) -> tuple[str, Request, tuple[Delta, ...]]:
+    """A request line as (mode, request, deltas); ProtocolError names what is wrong."""
+    if not isinstance(data, dict):
+        raise ProtocolError("a request must be a JSON object")
+    mode = data.get("mode")
+    if mode not in ("whole", "stream"):
+        raise ProtocolError(f"'mode' must be 'whole' or 'stream', not {mode!r}")
+    raw = data.get("request")
+    if not isinstance(raw, dict):
+        raise ProtocolError("'request' must be an object")
+    tools = raw.get("tools") or []
+    if not isinstance(tools, list):
+        raise ProtocolError("'request.tools' must be an array")
+    request = Request(tools=tuple(tools), tool_choice=raw.get("tool_choice", "auto"),
+                      thinking=bool(raw.get("thinking", False)))
+    raw_deltas = data.get("deltas")
+    if not isinstance(raw_deltas, list):
+        raise ProtocolError("'deltas' must be an array")
+    deltas = []
+    for i, d in enumerate(raw_deltas):
+        if not isinstance(d, dict) or not isinstance(d.get("text"), str):
+            raise ProtocolError(f"'deltas[{i}]' must be an object with a string 'text'")
+        ids = d.get("token_ids") or []
+        if not isinstance(ids, list) or not all(isinstance(t, int) for t in ids):
+            raise ProtocolError(f"'deltas[{i}].token_ids' must be an array of integers")
+        deltas.append(Delta(d["text"], tuple(ids)))
+    if mode == "whole" and len(deltas) != 1:
+        raise ProtocolError("a 'whole' request has exactly one delta")
+    return mode, request, tuple(deltas)
+
+
+def _check_hello(hello: Any) -> None:
+    if not isinstance(hello, dict) or hello.get("protocol") != PROTOCOL:
+        raise ProtocolError(f"the first line must be a hello with \"protocol\": \"{PROTOCOL}\", got {str(hello)[:120]!r}")
+    if not isinstance(hello.get("name"), str) or not hello["name"]:
+        raise ProtocolError("the hello must carry the adapter's 'name'")
+    if hello.get("version") is not None and not isinstance(hello["version"], str):
+        raise ProtocolError("the hello's 'version' must be a string or null")
+    if hello.get("status", "ok") not in ("ok", "unavailable", "adapter-error"):
+        raise ProtocolError(f"the hello's 'status' is {hello.get('status')!r}")
+
+
+def _optional_str(data: Mapping[str, Any], key: str, where: str) -> str | None:
+    value = data.get(key)
+    if value is not None and not isinstance(value, str):
+        raise ProtocolError(f"{where}'{key}' must be a string or null")
+    return value
+
+
+def _result(data: Mapping[str, Any]) -> Result:
+    outcome = data.get("outcome", "ok")
+    if outcome not in _RESULT_OUTCOMES:
+        raise ProtocolError(f"unknown outcome {outcome!r}")
+    calls = data.get("tool_calls", [])
+    if not isinstance(calls, list):
+        raise ProtocolError("'tool_calls' must be an array")
+    for i, call in enumerate(calls):
+        if not isinstance(call, dict) or not isinstance(call.get("name"), str) \
+                or not isinstance(call.get("arguments"), str):
+            raise ProtocolError(f"tool_calls[{i}] needs a string 'name' and 'arguments'")
+        _optional_str(call, "id", f"tool_calls[{i}].")
+    for key in ("content", "reasoning", "error"):
+        _optional_str(data, key, "")
+    meta = data.get("meta") or {}
+    if not isinstance(meta, dict):
+        raise ProtocolError("'meta' must be an object")
+    return Result.from_json(data)
+
+
+def _raise_failure(data: Mapping[str, Any]) -> None:
+    outcome = data.get("outcome")
+    error = str(data.get("error") or "")
+    if outcome == "crash":
+        raise ParserCrash(RemoteError(error))
+    if outcome == "adapter-error":
+        raise AdapterGlueError("remote adapter", error)
+    if outcome == "unavailable":
+        raise AdapterUnavailable(error)
+    if outcome == "timeout":
+        raise ParserCrash(TimeoutError(error))
+    raise ProtocolError("a stream response needs 'events' (or an 'outcome' that is not ok)")
+
+
+class RemoteError(Exception):
+    """The remote parser raised; its message travels as text."""
+
+
+def _events(data: Mapping[str, Any]) -> list[StreamEvent]:
+    events = data["events"]
+    if not isinstance(events, list):
+        raise ProtocolError("'events' must be an array")
+    out = []
+    for n, event in enumerate(events):
+        if not isinstance(event, dict):
+            raise ProtocolError(f"events[{n}] must be an object")
+        deltas = []
+        calls = event.get("tool_calls") or []
+        if not isinstance(calls, list):
+            raise ProtocolError(f"events[{n}].tool_calls must be an array")
+        for i, call in enumerate(calls):
+            where = f"events[{n}].tool_calls[{i}]."
+            if not isinstance(call, dict) or not isinstance(call.get("index"), int):
+                raise ProtocolError(f"{where}index must be an integer")
+            deltas.append(ToolCallDelta(
+                index=call["index"], id=_optional_str(call, "id", where),
+                name=_optional_str(call, "name", where), arguments=_optional_str(call, "arguments", where),
+            ))
+        out.append(StreamEvent(
+            content=_optional_str(event, "content", f"events[{n}]."),
+            reasoning=_optional_str(event, "reasoning", f"events[{n}]."),
+            tool_calls=tuple(deltas),
+        ))
+    return out

@@ -1,0 +1,102 @@
+"""``k2conform serve-adapter NAME``: any in-process adapter, spoken over the adapter protocol.
+
+Run it in another environment (another virtual environment, another release of the
+parser) and name it on the matrix's command line::
+
+    k2conform run --adapter 'cmd:/other/venv/bin/k2conform serve-adapter vllm'
+
+The protocol (docs/adapter-protocol.md): a hello line, then one response line per request
+line, until stdin closes.  Whatever the parser under test prints goes to stderr: the real
+stdout is kept for protocol lines only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import traceback
+from typing import Any, TextIO
+
+from k2conform.adapter import Adapter, AdapterGlueError, AdapterUnavailable, ParserCrash
+from k2conform.delivery import Delivery
+from k2conform.harness import execute
+from k2conform.model import Result
+from k2conform.registry import create_adapter, load
+from k2conform_adapters.command import PROTOCOL, ProtocolError, is_command_spec, parse_request_line
+
+
+def add_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "serve-adapter", help="speak the adapter protocol on stdin/stdout for one in-process adapter"
+    )
+    p.description = (
+        "Writes a hello line, then answers one JSON request line from stdin with one JSON response "
+        "line on stdout until stdin closes (see 'k2conform --help' and docs/adapter-protocol.md). "
+        "Use it as --adapter 'cmd:/path/to/venv/bin/k2conform serve-adapter NAME'."
+    )
+    p.add_argument("name", help="an in-process adapter name (see list-adapters)")
+    p.set_defaults(handler=cmd_serve_adapter)
+
+
+def _protocol_stream() -> TextIO:
+    """The real stdout, for protocol lines only; fd 1 then points at stderr, so a parser
+    that prints (or a logger bound to stdout) cannot corrupt the protocol."""
+    sys.stdout.flush()
+    private = os.dup(1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    return os.fdopen(private, "w", encoding="utf-8", newline="\n", buffering=1)
+
+
+def hello(adapter: Adapter, status: str, reason: str) -> dict[str, Any]:
+    return {
+        "protocol": PROTOCOL,
+        "name": adapter.name,
+        "version": adapter.version(),
+        "supported_versions": list(adapter.supported_versions),
+        "status": status,
+        "reason": reason,
+        "description": adapter.description,
+    }
+
+
+def answer(adapter: Adapter, line: str) -> dict[str, Any]:
+    """The response line for one request line (never raises for the parser's sake)."""
+    try:
+        mode, request, deltas = parse_request_line(json.loads(line))
+    except (json.JSONDecodeError, ProtocolError) as error:
+        return Result.failed("adapter-error", f"bad request line: {error}").to_json()
+    if mode == "whole":
+        result = execute(adapter, request, Delivery("whole", deltas))
+        return result.to_json()
+    try:
+        events = adapter.parse_stream(request, deltas)
+    except ParserCrash as error:
+        return {"outcome": "crash", "error": str(error)}
+    except AdapterUnavailable as error:
+        return {"outcome": "unavailable", "error": str(error)}
+    except AdapterGlueError as error:
+        return {"outcome": "adapter-error", "error": str(error)}
+    except Exception as error:  # noqa: BLE001 - outside call_parser: the glue's
+        where = traceback.extract_tb(error.__traceback__)[-1]
+        return {"outcome": "adapter-error",
+                "error": f"{type(error).__name__}: {error} (at {where.filename}:{where.lineno})"}
+    return {"events": [event.to_json() for event in events if event is not None]}
+
+
+def cmd_serve_adapter(args: argparse.Namespace) -> int:
+    from k2conform.cli import UsageError
+
+    if is_command_spec(args.name):
+        raise UsageError("serve-adapter serves an in-process adapter, not a cmd: one")
+    adapter = create_adapter(args.name)
+    out = _protocol_stream()
+    availability = load(adapter)
+    out.write(json.dumps(hello(adapter, availability.status, availability.reason), ensure_ascii=False) + "\n")
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        out.write(json.dumps(answer(adapter, line), ensure_ascii=False) + "\n")
+    return 0

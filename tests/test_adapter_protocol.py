@@ -1,0 +1,158 @@
+"""The out-of-process adapter protocol: ``--adapter 'cmd:...'`` and ``k2conform serve-adapter``.
+
+Toy processes (tests/toys/) crash, write garbage or hang on every request that holds the
+trigger word; the run must file those cells as crash/timeout, restart the process and go on.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from k2conform import delivery as dl
+from k2conform.corpus import load_corpus
+from k2conform.harness import execute
+from k2conform.registry import create_adapter, load
+from k2conform.tokenizer import load_tokenizer
+from k2conform_adapters.command import CommandAdapter
+from k2conform_adapters.reference import ReferenceAdapter
+
+TOYS = Path(__file__).parent / "toys"
+ROOT = Path(__file__).parent.parent
+PY = shlex.quote(sys.executable)
+SERVE_REFERENCE = f"cmd:{PY} -m k2conform.cli serve-adapter reference"
+#: "Shanghai" is only in y_spec_parallel_calls among the golden completions.
+TRIGGER_CASE = "y_spec_parallel_calls"
+
+
+def k2run(tmp_path: Path, *args: str, env: dict | None = None) -> tuple[subprocess.CompletedProcess, dict]:
+    out = tmp_path / "results.json"
+    completed = subprocess.run(
+        [sys.executable, "-m", "k2conform.cli", "run", "--case", "y_spec_*", "--delivery", "whole",
+         "--delivery", "stream-token", "--jobs", "1", "--json", str(out), *args],
+        capture_output=True, text=True, env=env, timeout=120, cwd=ROOT,
+    )
+    assert out.exists(), completed.stderr
+    return completed, json.loads(out.read_text())
+
+
+def toy_env(tmp_path: Path) -> dict:
+    import os
+
+    return {**os.environ, "K2_TOY_LOG": str(tmp_path / "starts.log")}
+
+
+@pytest.mark.parametrize("mode", ["exit", "garbage"])
+def test_crashing_process_is_a_crash_cell_and_the_run_goes_on(tmp_path, mode):
+    spec = f"cmd:{PY} {TOYS / 'crashing_adapter.py'} {mode}"
+    completed, results = k2run(tmp_path, "--adapter", spec, env=toy_env(tmp_path))
+    assert completed.returncode == 1  # a crash is a finding
+    cells = {(c["case"], c["delivery"]): c for c in results["cells"]}
+    crashed = cells[(TRIGGER_CASE, "whole")]
+    assert crashed["outcome"] == "crash" and crashed["adapter"] == spec
+    expected = "exit status 139" if mode == "exit" else "not a JSON line on stdout"
+    assert expected in crashed["observed"]["error"]
+    if mode == "exit":
+        assert "toy: segfault-like death" in crashed["observed"]["error"]  # stderr tail quoted
+    others = [c for key, c in cells.items() if key[0] != TRIGGER_CASE]
+    assert len(others) == 10 and all(c["outcome"] == "agree" for c in others)
+    # Every crash discarded the process; the next request started a fresh one.
+    starts = (tmp_path / "starts.log").read_text().splitlines()
+    assert len(starts) >= 3 and len(set(starts)) == len(starts)
+
+
+def test_hanging_process_is_a_timeout_cell_and_the_run_goes_on(tmp_path):
+    spec = f"cmd:{PY} {TOYS / 'hanging_adapter.py'}"
+    completed, results = k2run(tmp_path, "--adapter", spec, "--timeout", "3", env=toy_env(tmp_path))
+    assert completed.returncode == 1
+    hung = [c for c in results["cells"] if c["case"] == TRIGGER_CASE]
+    assert {c["outcome"] for c in hung} == {"timeout"}
+    assert all(c["adapter"] == spec for c in results["cells"])
+    others = [c for c in results["cells"] if c["case"] != TRIGGER_CASE]
+    assert len(others) == 10 and all(c["outcome"] == "agree" for c in others)
+    assert results["worker_restarts"] >= 1
+    # the hung toy died with its worker: no process is left behind
+    leftover = subprocess.run(["pgrep", "-f", str(TOYS / "hanging_adapter.py")], capture_output=True, text=True)
+    assert leftover.stdout.strip() == ""
+
+
+def test_named_cmd_adapter_and_version_from_the_hello(tmp_path):
+    completed, results = k2run(tmp_path, "--adapter", f"ref-remote={SERVE_REFERENCE}")
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    (row,) = results["adapters"]
+    assert (row["name"], row["version"], row["status"]) == ("ref-remote", "0.1.0", "ok")
+    assert {c["adapter"] for c in results["cells"]} == {"ref-remote"}
+
+
+def test_a_command_that_cannot_start_is_an_adapter_error(tmp_path):
+    adapter = create_adapter("cmd:/nonexistent/k2conform serve-adapter vllm")
+    availability = load(adapter)
+    assert availability.status == "adapter-error" and "cannot start" in availability.reason
+    adapter = create_adapter(f"cmd:{PY} -c print(42)")
+    availability = load(adapter)
+    assert availability.status == "adapter-error" and "hello" in availability.reason
+
+
+@pytest.fixture(scope="module")
+def served_and_local():
+    remote = CommandAdapter(SERVE_REFERENCE)
+    assert load(remote).status == "ok"
+    yield remote, ReferenceAdapter()
+    remote.close()
+
+
+def _comparable(result):
+    data = result.to_json()
+    data["meta"] = {k: v for k, v in data.get("meta", {}).items() if k != "adapter"}
+    return data
+
+
+@pytest.mark.parametrize("mode", ["whole", "stream-token"])
+def test_serve_adapter_reference_round_trips_identical_results(served_and_local, mode):
+    """Every completion case of the shipped corpus (golden, policies, generated)."""
+    remote, local = served_and_local
+    tokenizer = load_tokenizer()
+    cases = load_corpus().completions
+    assert any(c.id.startswith("y_spec_") for c in cases)
+    for case in cases:
+        for delivery in dl.deliveries(case.model_output, mode, tokenizer):
+            got = execute(remote, case.request, delivery)
+            want = execute(local, case.request, delivery)
+            assert _comparable(got) == _comparable(want), case.id
+
+
+def test_parse_command_accepts_a_cmd_adapter():
+    completed = subprocess.run(
+        [sys.executable, "-m", "k2conform.cli", "parse", "--adapter", SERVE_REFERENCE, "--delivery", "stream-char"],
+        input=json.dumps({"model_output": "hi<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0"
+                                          "<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_calls_section_end|>"}),
+        capture_output=True, text=True, timeout=60,
+    )
+    assert completed.returncode == 0, completed.stderr
+    result = json.loads(completed.stdout)
+    assert result["content"] == "hi" and result["tool_calls"][0]["name"] == "f"
+
+
+def test_serve_adapter_in_a_second_virtual_environment(tmp_path):
+    """SECOND VENV (a few seconds): a fresh venv without pip whose site-packages reach this
+    environment's packages through a .pth file, the way a release-gate venv holds its own
+    parser release; serve-adapter runs under that venv's own interpreter."""
+    venv = tmp_path / "venv-b"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60)
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    purelib = sysconfig.get_paths()["purelib"]
+    (site / "zz_k2conform_closure.pth").write_text(f"import site; site.addsitedir({purelib!r})\n")
+    python_b = venv / "bin" / "python"
+    spec = f"venv-b=cmd:{python_b} -m k2conform.cli serve-adapter reference"
+    completed, results = k2run(tmp_path, "--adapter", spec)
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    assert {c["outcome"] for c in results["cells"]} == {"agree"}
+    prefix = subprocess.run([str(python_b), "-c", "import sys; print(sys.prefix)"],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    assert Path(prefix) == venv
