@@ -1,0 +1,664 @@
+"""``k2conform bench``: how every parser's cost grows with its output.
+
+For each adapter, one call whose JSON arguments are N KB (``args``), long content before
+one small call (``content``) and 64 parallel small calls (``parallel``), delivered
+``whole``, ``stream-token`` (one token per delta, the stand-in tokenizer) and
+``stream-4char`` (4 characters per delta, text-level).  What is timed is the adapter's
+own call (``parse_whole`` / ``parse_stream``): the parser and the server steps its
+adapter re-states; building the deltas and reassembling the stream are not counted.
+
+Measurement rules, so that ratios hold on a shared, noisy machine:
+
+* adapters are measured side by side: every repetition of a point runs each adapter
+  once, in a rotating order, and a ratio between two adapters is the median of the
+  per-repetition ratios;
+* every figure is a median of repeated runs;
+* a series (adapter × workload × delivery) has a time budget: before each size the
+  next run's time is predicted from the previous sizes (never assuming better than
+  linear), and a size that would not fit is skipped and the series recorded as
+  ``capped`` (a quadratic streaming parser reaches fewer sizes, and says so).
+
+The scaling exponent is the least-squares slope of log(total time) against log(size)
+over the measured sizes of at least 10 KB (all sizes if fewer than two): 1 is linear
+(constant cost per delta), 2 quadratic.  A streaming exponent above
+:data:`SUPERLINEAR_EXPONENT` is a ``superlinear`` finding in the conformance report
+(``k2conform run --bench bench.json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import math
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import time
+import tracemalloc
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from k2conform import __version__
+from k2conform import delivery as dl
+from k2conform import markers as mk
+from k2conform.model import Delta, Request
+
+#: A streaming exponent above this is reported as ``superlinear``.
+SUPERLINEAR_EXPONENT = 1.3
+#: The exponent is fitted from this size up (the issue's 10 KB to 400 KB range).
+FIT_FROM_KB = 10
+SIZES_KB = (1, 4, 10, 40, 100, 400)
+QUICK_SIZES_KB = (1, 4, 16)
+CONTENT_MAX_KB = 100
+PARALLEL_CALLS = 64
+DELIVERIES = ("whole", "stream-token", "stream-4char")
+STREAMING = ("stream-token", "stream-4char")
+DELTA_CHARS = 4
+TOOL = {"type": "function", "function": {"name": "write_file", "description": "Write a file",
+        "parameters": {"type": "object", "properties": {}}}}
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}, "day": {"type": "integer"}}}}}
+
+
+# -- workloads ---------------------------------------------------------------------------
+
+
+def json_arguments(chars: int) -> str:
+    """Deterministic JSON arguments of about ``chars`` characters: strings with escapes,
+    numbers, nested objects and arrays, as a large tool call carries them."""
+    items, size, i = [], 2, 0
+    while size < chars:
+        if i % 4 == 0:
+            item = f'"line_{i}": "print(\\"row {i}\\")\\n\\tvalue = {i} * 2  # café"'
+        elif i % 4 == 1:
+            item = f'"n_{i}": {i * 37 % 1000}.5'
+        elif i % 4 == 2:
+            item = f'"list_{i}": [1, 2, 3, "x<y", true, null]'
+        else:
+            item = f'"obj_{i}": {{"path": "/src/module_{i}.py", "mode": "w"}}'
+        items.append(item)
+        size += len(item) + 2
+        i += 1
+    return "{" + ", ".join(items) + "}"
+
+
+def call_output(arguments: str, name: str = "write_file", index: int = 0) -> str:
+    return f"{mk.CALL_BEGIN}functions.{name}:{index}{mk.ARGUMENT_BEGIN}{arguments}{mk.CALL_END}"
+
+
+def workload(kind: str, size_kb: int) -> tuple[str, Request]:
+    """The model output and request of one benchmark point."""
+    if kind == "args":
+        text = mk.SECTION_BEGIN + call_output(json_arguments(size_kb * 1000)) + mk.SECTION_END
+        return text, Request(tools=(TOOL,))
+    if kind == "content":
+        sentence = "The quick brown fox jumps over the lazy dog; prices rose 3.5% (see <b>table</b>).\n"
+        prose = (sentence * (size_kb * 1000 // len(sentence) + 1))[: size_kb * 1000]
+        call = call_output('{"path": "notes.txt", "content": "done"}')
+        return prose + mk.SECTION_BEGIN + call + mk.SECTION_END, Request(tools=(TOOL,))
+    if kind == "parallel":
+        calls = "".join(call_output(json.dumps({"city": f"City {i}", "day": i}), "get_weather", i)
+                        for i in range(PARALLEL_CALLS))
+        return "Checking.\n" + mk.SECTION_BEGIN + calls + mk.SECTION_END, Request(tools=(WEATHER, TOOL))
+    raise ValueError(f"unknown workload {kind!r}")
+
+
+def make_deliveries(text: str, tokenizer: Any) -> dict[str, dl.Delivery]:
+    """The three deliveries of one output; tokenising is done once, outside the timing."""
+    whole = dl.deliveries(text, "whole", tokenizer)[0]
+    token = dl.deliveries(text, "stream-token", tokenizer)[0]
+    chars = dl.Delivery("stream-4char", dl.cut(text, range(DELTA_CHARS, len(text), DELTA_CHARS)))
+    return {"whole": whole, "stream-token": token, "stream-4char": chars}
+
+
+# -- fitting and findings ------------------------------------------------------------------
+
+
+def fit_exponent(sizes: Sequence[float], costs: Sequence[float]) -> float | None:
+    """Least-squares slope of log(cost) against log(size); None with fewer than two sizes."""
+    points = [(math.log(s), math.log(c)) for s, c in zip(sizes, costs) if s > 0 and c > 0]
+    if len({x for x, _ in points}) < 2:
+        return None
+    mean_x = sum(x for x, _ in points) / len(points)
+    mean_y = sum(y for _, y in points) / len(points)
+    sxx = sum((x - mean_x) ** 2 for x, _ in points)
+    sxy = sum((x - mean_x) * (y - mean_y) for x, y in points)
+    return sxy / sxx
+
+
+def series_exponent(sizes_kb: Sequence[float], costs: Sequence[float]) -> tuple[float | None, list[float]]:
+    """The exponent over the sizes of at least FIT_FROM_KB (all sizes when fewer than two)."""
+    fitted = [(s, c) for s, c in zip(sizes_kb, costs) if s >= FIT_FROM_KB]
+    if len(fitted) < 2:
+        fitted = list(zip(sizes_kb, costs))
+    return fit_exponent([s for s, _ in fitted], [c for _, c in fitted]), [s for s, _ in fitted]
+
+
+def is_superlinear(exponent: float | None, threshold: float = SUPERLINEAR_EXPONENT) -> bool:
+    return exponent is not None and exponent > threshold
+
+
+def streaming_cost(bench: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each adapter's streaming scaling on the ``args`` workload, with a ``superlinear``
+    finding (and its evidence) where the exponent exceeds the threshold."""
+    rows = []
+    for series in bench.get("series", ()):
+        if series["workload"] != "args" or series["delivery"] not in STREAMING:
+            continue
+        exponent = series.get("exponent")
+        rows.append({
+            "adapter": series["adapter"], "version": series.get("version"),
+            "delivery": series["delivery"], "exponent": exponent,
+            "fitted_sizes_kb": series.get("fitted_sizes_kb", []),
+            "finding": "superlinear" if is_superlinear(exponent) else None,
+            "threshold": SUPERLINEAR_EXPONENT,
+            "evidence": {"sizes_kb": series["sizes_kb"], "per_delta_us": series["per_delta_us"],
+                         "throughput_kchars_s": series["throughput_kchars_s"], "capped": series.get("capped")},
+        })
+    return rows
+
+
+# -- measuring -------------------------------------------------------------------------------
+
+
+@dataclass
+class _Series:
+    adapter: str
+    workload: str
+    delivery: str
+    budget: float
+    spent: float = 0.0
+    points: list[dict[str, Any]] = field(default_factory=list)
+    capped: dict[str, Any] | None = None
+
+    def predict(self, size_kb: float) -> float:
+        """The next run's time: the last one scaled by the series' growth so far (at least linear)."""
+        if not self.points:
+            return 0.0
+        last = self.points[-1]
+        growth = 1.0
+        if len(self.points) >= 2:
+            previous = self.points[-2]
+            growth = max(1.0, fit_exponent([previous["size_kb"], last["size_kb"]],
+                                           [previous["median_s"], last["median_s"]]) or 1.0)
+        return last["median_s"] * (size_kb / last["size_kb"]) ** growth
+
+
+def _runner(adapter: Any, request: Request, delivery: dl.Delivery) -> Callable[[], Any]:
+    if delivery.streaming:
+        return lambda: adapter.parse_stream(request, delivery.deltas)
+    (output,) = delivery.deltas
+    return lambda: adapter.parse_whole(request, output)
+
+
+def _time_once(run: Callable[[], Any]) -> float:
+    started = time.perf_counter()
+    run()
+    return time.perf_counter() - started
+
+
+class Bench:
+    def __init__(self, adapters: dict[str, Any], tokenizer: Any, *, sizes_kb: Sequence[int], reps: int,
+                 series_budget: float, deadline: float, log: Callable[[str], None]) -> None:
+        self.adapters = adapters
+        self.tokenizer = tokenizer
+        self.sizes_kb = tuple(sizes_kb)
+        self.reps = reps
+        self.series_budget = series_budget
+        self.deadline = deadline
+        self.log = log
+        self.series: dict[tuple[str, str, str], _Series] = {}
+        self.pairs: list[dict[str, Any]] = []
+        self.errors: dict[str, str] = {}
+
+    def point(self, kind: str, size_kb: int) -> None:
+        """Every adapter and delivery on one output, adapters alternating per repetition."""
+        text, request = workload(kind, size_kb)
+        size_kb = size_kb or round(len(text) / 1000)  # parallel: its actual size
+        deliveries = make_deliveries(text, self.tokenizer)
+        for mode, delivery in deliveries.items():
+            plan: dict[str, int] = {}
+            for name in self.adapters:
+                if name in self.errors:
+                    continue
+                series = self.series.setdefault(
+                    (name, kind, mode), _Series(name, kind, mode, self.series_budget))
+                if series.capped:
+                    continue
+                predicted = series.predict(size_kb)
+                remaining = min(series.budget - series.spent, self.deadline - time.monotonic())
+                if predicted > remaining:
+                    series.capped = {"after_kb": series.points[-1]["size_kb"] if series.points else None,
+                                     "skipped_kb": size_kb, "predicted_s": round(predicted, 3),
+                                     "reason": "time budget" if series.budget - series.spent < self.deadline - time.monotonic()
+                                     else "bench deadline"}
+                    continue
+                plan[name] = max(1, min(self.reps, int(remaining / predicted))) if predicted else self.reps
+            if not plan:
+                continue
+            times: dict[str, list[float]] = {name: [] for name in plan}
+            order = list(plan)
+            for rep in range(max(plan.values())):
+                rotated = order[rep % len(order):] + order[: rep % len(order)]
+                for name in rotated:
+                    if rep >= plan[name] or name in self.errors:
+                        continue
+                    try:
+                        elapsed = _time_once(_runner(self.adapters[name], request, delivery))
+                    except Exception as error:  # noqa: BLE001 - recorded, the bench goes on
+                        self.errors[name] = f"{kind} {size_kb} KB {mode}: {type(error).__name__}: {error}"
+                        continue
+                    times[name].append(elapsed)
+                    self.series[(name, kind, mode)].spent += elapsed
+            for name, seconds in times.items():
+                if not seconds:
+                    continue
+                median = statistics.median(seconds)
+                deltas = len(delivery.deltas)
+                self.series[(name, kind, mode)].points.append({
+                    "size_kb": size_kb, "chars": len(text), "deltas": deltas, "reps": len(seconds),
+                    "seconds": [round(s, 6) for s in seconds], "median_s": median,
+                    "per_delta_us": median / deltas * 1e6,
+                    "throughput_kchars_s": len(text) / median / 1000,
+                })
+            self._record_pairs(kind, size_kb, mode, times)
+            done = ", ".join(f"{n} {statistics.median(t) * 1000:.1f} ms" for n, t in times.items() if t)
+            self.log(f"  {kind:<8} {size_kb:>4} KB {mode:<13} {done}")
+
+    def _record_pairs(self, kind: str, size_kb: int, mode: str, times: dict[str, list[float]]) -> None:
+        """Speed-ups of each adapter over each other one, from runs made side by side."""
+        names = [n for n in times if times[n]]
+        for a in names:
+            for b in names:
+                if a == b:
+                    continue
+                paired = [tb / ta for ta, tb in zip(times[a], times[b])]
+                self.pairs.append({"adapter": a, "peer": b, "workload": kind, "size_kb": size_kb,
+                                   "delivery": mode, "speedup": statistics.median(paired), "reps": len(paired)})
+
+    def series_rows(self, versions: dict[str, str | None]) -> list[dict[str, Any]]:
+        rows = []
+        for (name, kind, mode), series in self.series.items():
+            if not series.points:
+                continue
+            sizes = [p["size_kb"] for p in series.points]
+            costs = [p["median_s"] for p in series.points]
+            exponent, fitted = series_exponent(sizes, costs)
+            rows.append({
+                "adapter": name, "version": versions.get(name), "workload": kind, "delivery": mode,
+                "sizes_kb": sizes, "median_s": [round(c, 6) for c in costs],
+                "per_delta_us": [round(p["per_delta_us"], 3) for p in series.points],
+                "throughput_kchars_s": [round(p["throughput_kchars_s"], 1) for p in series.points],
+                "deltas": [p["deltas"] for p in series.points], "reps": [p["reps"] for p in series.points],
+                "exponent": None if exponent is None else round(exponent, 3), "fitted_sizes_kb": fitted,
+                "capped": series.capped,
+            })
+        return rows
+
+
+def peak_memory(adapter: Any, request: Request, delivery: dl.Delivery) -> int:
+    """Peak bytes allocated by one run (tracemalloc), outside the timed runs."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        _runner(adapter, request, delivery)()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+# -- the harness's own cost -------------------------------------------------------------------
+
+
+class _TimedAdapter:
+    """Delegates to an adapter and adds up the time spent inside its two parse methods."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.parser_seconds = 0.0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def parse_whole(self, request: Request, output: Delta) -> Any:
+        started = time.perf_counter()
+        try:
+            return self._inner.parse_whole(request, output)
+        finally:
+            self.parser_seconds += time.perf_counter() - started
+
+    def parse_stream(self, request: Request, deltas: Sequence[Delta]) -> Any:
+        started = time.perf_counter()
+        try:
+            return self._inner.parse_stream(request, deltas)
+        finally:
+            self.parser_seconds += time.perf_counter() - started
+
+
+def harness_cost(adapters: dict[str, Any], tokenizer: Any, budget: float, max_cases: int | None) -> list[dict[str, Any]]:
+    """Run the matrix's own cell function (delivery modes, stream reassembly, comparison) in
+    this process over a sample of the corpus, and split its time into the parsers' calls
+    and everything else."""
+    from k2conform.corpus import default_corpus_dir, load_corpus
+    from k2conform.registry import Availability
+    from k2conform.runner import RunConfig, run_cell
+
+    cases = sorted(load_corpus().completions, key=lambda c: c.id)
+    rows = []
+    for name, adapter in adapters.items():
+        timed = _TimedAdapter(adapter)
+        config = RunConfig(default_corpus_dir(), (name,))
+        cache: dict = {}
+        started = time.perf_counter()
+        cells = 0
+        step = max(1, len(cases) // max_cases) if max_cases else 1
+        for case in cases[::step]:
+            for mode in dl.DEFAULT_MODES:
+                run_cell(timed, Availability("ok"), case, mode, tokenizer, config, cache)
+                cells += 1
+            if time.perf_counter() - started > budget:
+                break
+        total = time.perf_counter() - started
+        rows.append({"adapter": name, "cells": cells, "cases": cells // len(dl.DEFAULT_MODES),
+                     "seconds": round(total, 3), "parser_seconds": round(timed.parser_seconds, 3),
+                     "outside_share": round(1 - timed.parser_seconds / total, 3) if total else None,
+                     "ms_per_cell": round(total / cells * 1000, 3) if cells else None})
+    return rows
+
+
+def run_results_cost(path: Path) -> dict[str, Any]:
+    """Wall time and summed cell time of a ``k2conform run --json`` results file."""
+    results = json.loads(path.read_text(encoding="utf-8"))
+    by_adapter: dict[str, float] = {}
+    for cell in results["cells"]:
+        by_adapter[cell["adapter"]] = by_adapter.get(cell["adapter"], 0.0) + cell.get("seconds", 0.0)
+    return {"file": str(path), "wall_seconds": round(results["wall_seconds"], 2), "cells": len(results["cells"]),
+            "cell_seconds": {k: round(v, 2) for k, v in by_adapter.items()}}
+
+
+# -- fuzz targets ------------------------------------------------------------------------------
+
+
+def fuzz_targets(root: Path) -> list[Path]:
+    return sorted((root / "fuzz").glob("fuzz_*.py"))
+
+
+def fuzz_speed(target: Path, seconds: int) -> dict[str, Any]:
+    """Executions per second of one atheris target in a bounded run (libFuzzer's own count)."""
+    command = [sys.executable, str(target), f"-max_total_time={seconds}", "-print_final_stats=1"]
+    try:
+        completed = subprocess.run(command, capture_output=True, text=True, timeout=seconds + 60,
+                                   cwd=target.parent.parent)
+    except subprocess.TimeoutExpired:
+        return {"target": target.name, "error": "did not stop in time"}
+    output = completed.stdout + completed.stderr
+    runs = re.findall(r"stat::number_of_executed_units:\s*(\d+)", output)
+    speeds = re.findall(r"exec/s:\s*(\d+)", output)
+    if not speeds and not runs:
+        return {"target": target.name, "error": f"exit {completed.returncode}: {output.strip()[-300:]}"}
+    row: dict[str, Any] = {"target": target.name, "seconds": seconds}
+    if speeds:
+        row["exec_per_s"] = int(speeds[-1])
+    if runs:
+        row["executions"] = int(runs[-1])
+    return row
+
+
+# -- output ------------------------------------------------------------------------------------
+
+
+def table(doc: dict[str, Any]) -> str:
+    lines = []
+    sizes = sorted({s for row in doc["series"] for s in row["sizes_kb"]})
+    header = f"{'adapter':<10} {'workload':<8} {'delivery':<13} " + " ".join(f"{str(s) + ' KB':>15}" for s in sizes) + "  exponent"
+    lines += ["throughput K chars/s | per-delta µs (whole: ms per parse), median of runs side by side", header, "-" * len(header)]
+    for row in doc["series"]:
+        cells = []
+        for s in sizes:
+            if s in row["sizes_kb"]:
+                k = row["sizes_kb"].index(s)
+                cost = (f"{row['median_s'][k] * 1000:.2f}ms" if row["delivery"] == "whole"
+                        else f"{row['per_delta_us'][k]:.1f}µs")
+                cells.append(f"{row['throughput_kchars_s'][k]:>6.0f}|{cost:<8}")
+            else:
+                cells.append(f"{'-':>15}")
+        exponent = "-" if row["exponent"] is None else f"{row['exponent']:.2f}"
+        capped = f"  capped after {row['capped']['after_kb']} KB ({row['capped']['reason']})" if row["capped"] else ""
+        lines.append(f"{row['adapter']:<10} {row['workload']:<8} {row['delivery']:<13} " + " ".join(cells) + f"  {exponent:>6}{capped}")
+    lines.append("")
+    for row in doc["streaming_cost"]:
+        if row["finding"]:
+            lines.append(f"SUPERLINEAR {row['adapter']} {row['delivery']}: exponent {row['exponent']:.2f} > {row['threshold']}"
+                         f" (per-delta µs {row['evidence']['per_delta_us']} at {row['evidence']['sizes_kb']} KB)")
+    ratios = [p for p in doc["comparisons"] if p["adapter"] == "reference"]
+    if ratios:
+        lines.append("reference speed-up over each peer (median of per-repetition ratios):")
+        for p in ratios:
+            lines.append(f"  vs {p['peer']:<8} {p['workload']:<8} {p['size_kb']:>4} KB {p['delivery']:<13} {p['speedup']:8.1f}x")
+    if doc.get("memory"):
+        lines.append("peak memory (tracemalloc, one run): " + "; ".join(
+            f"{m['adapter']} {m['delivery']} {m['size_kb']} KB {m['peak_kib']} KiB" for m in doc["memory"]))
+    for row in doc.get("harness") or ():
+        lines.append(f"harness {row['adapter']}: {row['cells']} cells in {row['seconds']} s, parsers {row['parser_seconds']} s,"
+                     f" {100 * (row['outside_share'] or 0):.0f}% outside the parser ({row['ms_per_cell']} ms/cell)")
+    if doc.get("run_results"):
+        r = doc["run_results"]
+        lines.append(f"k2conform run ({r['file']}): wall {r['wall_seconds']} s, {r['cells']} cells, cell seconds {r['cell_seconds']}")
+    fuzz = doc.get("fuzz")
+    if fuzz is not None:
+        if not fuzz["targets"]:
+            lines.append(f"fuzz: {fuzz['note']}")
+        for row in fuzz["targets"]:
+            lines.append(f"fuzz {row['target']}: " + (f"{row.get('exec_per_s')} exec/s ({row.get('executions')} runs in {row['seconds']} s)"
+                                                     if "error" not in row else f"error: {row['error']}"))
+    for name, error in doc.get("errors", {}).items():
+        lines.append(f"ERROR {name}: {error}")
+    lines.append(f"bench wall time {doc['wall_seconds']:.1f} s")
+    return "\n".join(lines) + "\n"
+
+
+_COLOURS = {"reference": "#1b5e20", "vllm": "#0d47a1", "sglang": "#b71c1c"}
+_STYLES = {"whole": ":", "stream-token": "--", "stream-4char": "-"}
+
+
+def plot(doc: dict[str, Any], path: Path) -> str:
+    """A log-log PNG of cost against size per adapter: per-delta cost of the streams and
+    time per parse of the one-shot path.  Uses matplotlib when installed (the ``bench``
+    extra), else a plain raster plot (axes, decade grid, one line per series)."""
+    rows = [r for r in doc["series"] if r["workload"] == "args" and len(r["sizes_kb"]) >= 1]
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        _raster_plot(rows, path)
+        return "raster"
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 5))
+    for row in rows:
+        colour = _COLOURS.get(row["adapter"])
+        label = f"{row['adapter']} {row['delivery']} (exp {row['exponent']})"
+        if row["delivery"] == "whole":
+            right.plot(row["sizes_kb"], [s * 1000 for s in row["median_s"]], "o:", color=colour, label=label)
+        else:
+            left.plot(row["sizes_kb"], row["per_delta_us"], "o" + _STYLES[row["delivery"]], color=colour, label=label)
+    for axis, title, unit in ((left, "streaming: cost per delta", "µs per delta"),
+                              (right, "one-shot: time per parse", "ms per parse")):
+        axis.set_xscale("log")
+        axis.set_yscale("log")
+        axis.set_xlabel("JSON arguments in one call (KB)")
+        axis.set_ylabel(unit)
+        axis.set_title(title)
+        axis.grid(True, which="both", alpha=0.3)
+        axis.legend(fontsize=7)
+    fig.suptitle(f"k2conform bench ({doc['k2conform']}): cost against size, log-log")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return "matplotlib"
+
+
+def _raster_plot(rows: list[dict[str, Any]], path: Path, width: int = 640, height: int = 400) -> None:
+    import struct
+    import zlib
+
+    pixels = [[(255, 255, 255)] * width for _ in range(height)]
+    points = [(s, c) for r in rows for s, c in zip(r["sizes_kb"], _costs(r)) if s > 0 and c > 0]
+    if points:
+        lx = [math.log10(s) for s, _ in points]
+        ly = [math.log10(c) for _, c in points]
+        x0, x1 = math.floor(min(lx)), math.ceil(max(lx)) or 1
+        y0, y1 = math.floor(min(ly)), math.ceil(max(ly))
+        x1, y1 = max(x1, x0 + 1), max(y1, y0 + 1)
+        margin = 40
+
+        def to_px(s: float, c: float) -> tuple[int, int]:
+            x = margin + (math.log10(s) - x0) / (x1 - x0) * (width - 2 * margin)
+            y = height - margin - (math.log10(c) - y0) / (y1 - y0) * (height - 2 * margin)
+            return int(x), int(y)
+
+        def line(a: tuple[int, int], b: tuple[int, int], colour: tuple[int, int, int]) -> None:
+            steps = max(abs(b[0] - a[0]), abs(b[1] - a[1]), 1)
+            for k in range(steps + 1):
+                x = a[0] + (b[0] - a[0]) * k // steps
+                y = a[1] + (b[1] - a[1]) * k // steps
+                if 0 <= x < width and 0 <= y < height:
+                    pixels[y][x] = colour
+
+        grey = (210, 210, 210)
+        for d in range(x0, x1 + 1):
+            line(to_px(10 ** d, 10 ** y0), to_px(10 ** d, 10 ** y1), grey)
+        for d in range(y0, y1 + 1):
+            line(to_px(10 ** x0, 10 ** d), to_px(10 ** x1, 10 ** d), grey)
+        for r in rows:
+            hexc = _COLOURS.get(r["adapter"], "#444444")
+            colour = tuple(int(hexc[i:i + 2], 16) for i in (1, 3, 5))
+            pts = [to_px(s, c) for s, c in zip(r["sizes_kb"], _costs(r)) if s > 0 and c > 0]
+            for a, b in zip(pts, pts[1:]):
+                line(a, b, colour)
+            for x, y in pts:
+                for dx in (-1, 0, 1):
+                    for dy in (-1, 0, 1):
+                        if 0 <= x + dx < width and 0 <= y + dy < height:
+                            pixels[y + dy][x + dx] = colour
+    raw = b"".join(b"\x00" + bytes(v for px in row for v in px) for row in pixels)
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+                     + chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b""))
+
+
+def _costs(row: dict[str, Any]) -> list[float]:
+    return [s * 1000 for s in row["median_s"]] if row["delivery"] == "whole" else row["per_delta_us"]
+
+
+# -- the command -------------------------------------------------------------------------------
+
+
+def run_bench(names: Sequence[str], *, quick: bool = False, reps: int | None = None, series_budget: float | None = None,
+              max_seconds: float | None = None, memory_kb: int | None = None, harness: bool = True,
+              fuzz_seconds: int = 0, run_results: Path | None = None, log: Callable[[str], None] = print) -> dict[str, Any]:
+    from k2conform.registry import create_adapter, load
+    from k2conform.tokenizer import load_tokenizer
+
+    started = time.monotonic()
+    max_seconds = max_seconds if max_seconds is not None else (30.0 if quick else 100.0)
+    deadline = started + max_seconds
+    sizes = QUICK_SIZES_KB if quick else SIZES_KB
+    reps = reps or (2 if quick else 3)
+    series_budget = series_budget or (2.0 if quick else 9.0)
+    tokenizer = load_tokenizer()
+    adapters, rows = {}, []
+    for name in names:
+        adapter = create_adapter(name)
+        t0 = time.perf_counter()
+        availability = load(adapter)
+        rows.append({"name": adapter.name, "version": adapter.version(), "status": availability.status,
+                     "reason": availability.reason, "load_seconds": round(time.perf_counter() - t0, 3)})
+        if availability.status == "ok":
+            adapters[adapter.name] = adapter
+        log(f"{adapter.name} {adapter.version() or '-'}: {availability.status} {availability.reason} ({rows[-1]['load_seconds']} s to load)")
+    bench = Bench(adapters, tokenizer, sizes_kb=sizes, reps=reps, series_budget=series_budget,
+                  deadline=deadline, log=log)
+    bench.point("parallel", 0)
+    for size in sizes:
+        bench.point("args", size)
+    for size in sizes:
+        if size <= CONTENT_MAX_KB:
+            bench.point("content", size)
+    versions = {r["name"]: r["version"] for r in rows}
+    doc: dict[str, Any] = {
+        "k2conform": __version__, "quick": quick,
+        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "loadavg": list(os.getloadavg())},
+        "settings": {"sizes_kb": list(sizes), "reps": reps, "series_budget_s": series_budget,
+                     "max_seconds": max_seconds, "delta_chars": DELTA_CHARS, "fit_from_kb": FIT_FROM_KB,
+                     "superlinear_exponent": SUPERLINEAR_EXPONENT, "parallel_calls": PARALLEL_CALLS},
+        "adapters": rows, "series": bench.series_rows(versions), "comparisons": bench.pairs,
+        "errors": dict(bench.errors),
+    }
+    doc["streaming_cost"] = streaming_cost(doc)
+    memory_kb = memory_kb or (4 if quick else 10)
+    text, request = workload("args", memory_kb)
+    deliveries = make_deliveries(text, tokenizer)
+    doc["memory"] = []
+    for name, adapter in adapters.items():
+        for mode, delivery in deliveries.items():
+            if name in bench.errors:
+                continue
+            doc["memory"].append({"adapter": name, "delivery": mode, "size_kb": memory_kb, "chars": len(text),
+                                  "peak_kib": round(peak_memory(adapter, request, delivery) / 1024, 1)})
+    if harness:
+        log("harness: the matrix's cell function over a corpus sample")
+        doc["harness"] = harness_cost(adapters, tokenizer, budget=2.0 if quick else 6.0,
+                                      max_cases=12 if quick else None)
+    if run_results is not None:
+        doc["run_results"] = run_results_cost(run_results)
+    if fuzz_seconds:
+        root = Path(__file__).resolve().parent.parent
+        targets = fuzz_targets(root)
+        doc["fuzz"] = {"targets": [fuzz_speed(t, fuzz_seconds) for t in targets],
+                       "note": "" if targets else "no fuzz/fuzz_*.py targets in this checkout"}
+    doc["wall_seconds"] = time.monotonic() - started
+    return doc
+
+
+def add_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser("bench", help="throughput, per-delta cost and scaling exponent of every adapter")
+    p.description = (__doc__ or "").split("\n\n")[0] + (
+        " Prints a table; --json writes every figure, --plot a log-log PNG of cost against size.")
+    p.add_argument("--adapter", action="append", help="adapter to measure (repeatable; default: all registered)")
+    p.add_argument("--json", type=Path, help="write every figure as JSON (input of run --bench)")
+    p.add_argument("--plot", type=Path, help="write a log-log PNG of cost against size per adapter")
+    p.add_argument("--quick", action="store_true", help="small sizes, two repetitions, no fuzzing (seconds)")
+    p.add_argument("--reps", type=int, help="repetitions per point (default 3; quick 2)")
+    p.add_argument("--series-budget", type=float, help="seconds per adapter x workload x delivery (default 9)")
+    p.add_argument("--max-seconds", type=float, help="stop measuring new sizes after this long (default 100)")
+    p.add_argument("--no-harness", action="store_true", help="skip the harness-cost measurement")
+    p.add_argument("--fuzz-seconds", type=int, default=None, help="bounded run per fuzz target (default 5; quick 0)")
+    p.add_argument("--run-results", type=Path, help="a k2conform run --json file: report its wall time and cell time")
+    p.set_defaults(handler=cmd_bench)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from k2conform.registry import adapter_names
+
+    names = args.adapter or adapter_names()
+    fuzz_seconds = args.fuzz_seconds if args.fuzz_seconds is not None else (0 if args.quick else 5)
+    doc = run_bench(names, quick=args.quick, reps=args.reps, series_budget=args.series_budget,
+                    max_seconds=args.max_seconds, harness=not args.no_harness, fuzz_seconds=fuzz_seconds,
+                    run_results=args.run_results, log=lambda line: print(line, file=sys.stderr, flush=True))
+    if args.plot:
+        args.plot.parent.mkdir(parents=True, exist_ok=True)
+        doc["plot"] = {"path": str(args.plot), "engine": plot(doc, args.plot)}
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(doc, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    sys.stdout.write(table(doc))
+    return 0
