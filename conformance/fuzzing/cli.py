@@ -1,0 +1,133 @@
+"""``k2conform fuzz``: run an atheris target for a while, then print what it found.
+
+    k2conform fuzz reference --seconds 600
+    k2conform fuzz differential --seconds 600 [--adapter vllm] [--delivery stream-char] [--findings DIR]
+    k2conform fuzz roundtrip --runs 2000
+    k2conform fuzz seed-corpus [OUT]
+
+The target runs in a subprocess (libFuzzer owns its process and ends it with exit());
+without corpus directories it uses ``fuzz/work/NAME`` (new inputs) and the seed corpus
+``fuzz/seeds`` built from ``corpus/`` on demand.  Exit status: 0 when the target ran to its
+limit without a crash (disagreement signatures are findings, listed, not failures), 1 when
+the target crashed (a k2conform bug: libFuzzer saved the input as ``crash-*``), 2 on usage
+errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from k2conform.fuzzing.targets import TARGETS, default_fuzz_dir
+
+SEED_TARGETS = ("reference", "differential")  # the roundtrip target reads structured bytes
+_STAT = re.compile(r"^stat::(\w+):\s*(\d+)")
+
+
+def add_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser("fuzz", help="run an atheris fuzz target (reference, differential, roundtrip) or build seeds")
+    p.description = __doc__.split("\n\n")[0] + " " + __doc__.split("\n\n")[2].replace("\n", " ")
+    p.add_argument("target", choices=[*TARGETS, "seed-corpus"])
+    p.add_argument("corpus_dirs", nargs="*", type=Path,
+                   help="libFuzzer corpus directories (the first receives new inputs); seed-corpus: the output directory")
+    p.add_argument("--seconds", type=int, help="stop after this many seconds (-max_total_time)")
+    p.add_argument("--runs", type=int, help="stop after this many executions (-runs)")
+    p.add_argument("--adapter", action="append", help="adapter under test (repeatable; default: all available)")
+    p.add_argument("--delivery", action="append", help="delivery mode (repeatable; default: whole and stream-token; "
+                   "also stream-split: the cuts the fuzz input carries)")
+    p.add_argument("--findings", type=Path, help="where new signatures are saved (default: fuzz/findings)")
+    p.add_argument("--deadline", type=float, default=10.0, help="seconds per parse before it is a timeout finding")
+    p.add_argument("--corpus", type=Path, help="seed-corpus: the case corpus to build from (default: the shipped one)")
+    p.add_argument("--no-seeds", action="store_true", help="do not add the seed corpus")
+    p.add_argument("--libfuzzer", action="append", default=[], metavar="FLAG",
+                   help="extra libFuzzer flag, e.g. --libfuzzer=-jobs=2 (repeatable)")
+    p.set_defaults(handler=cmd_fuzz)
+
+
+def main_seed_corpus(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(prog="build_seed_corpus")
+    parser.add_argument("out", nargs="?", type=Path, default=default_fuzz_dir() / "seeds")
+    parser.add_argument("--corpus", type=Path)
+    args = parser.parse_args(argv)
+    return _seed_corpus(args.out, args.corpus)
+
+
+def _seed_corpus(out: Path, corpus: Path | None) -> int:
+    from k2conform.fuzzing.seeds import build_seed_corpus
+
+    count = build_seed_corpus(out, corpus)
+    print(f"{count} seed inputs in {out}")
+    return 0
+
+
+def cmd_fuzz(args: argparse.Namespace) -> int:
+    from k2conform.cli import UsageError
+
+    fuzz_dir = default_fuzz_dir()
+    if args.target == "seed-corpus":
+        if len(args.corpus_dirs) > 1:
+            raise UsageError("seed-corpus takes one output directory")
+        return _seed_corpus(args.corpus_dirs[0] if args.corpus_dirs else fuzz_dir / "seeds", args.corpus)
+    if args.seconds is None and args.runs is None:
+        raise UsageError("give --seconds N or --runs N (fuzzing never ends by itself)")
+    dirs = list(args.corpus_dirs)
+    if not dirs:
+        work = fuzz_dir / "work" / args.target
+        work.mkdir(parents=True, exist_ok=True)
+        dirs = [work]
+        if args.target in SEED_TARGETS and not args.no_seeds:
+            seeds = fuzz_dir / "seeds"
+            if not seeds.is_dir() or not any(seeds.iterdir()):
+                _seed_corpus(seeds, args.corpus)
+            dirs.append(seeds)
+    findings = args.findings or fuzz_dir / "findings"
+    command = [sys.executable, "-m", "k2conform.fuzzing.targets", args.target]
+    for adapter in args.adapter or ():
+        command += ["--adapter", adapter]
+    for mode in args.delivery or ():
+        command += ["--delivery", mode]
+    command += ["--findings", str(findings), "--deadline", str(args.deadline)]
+    dictionary = fuzz_dir / "kimi_k2.dict"
+    if args.target != "roundtrip":
+        if not dictionary.is_file():
+            from k2conform.fuzzing.seeds import dictionary_text
+
+            dictionary.parent.mkdir(parents=True, exist_ok=True)
+            dictionary.write_text(dictionary_text(), encoding="utf-8")
+        command.append(f"-dict={dictionary}")
+    if args.seconds is not None:
+        command.append(f"-max_total_time={args.seconds}")
+    if args.runs is not None:
+        command.append(f"-runs={args.runs}")
+    command += ["-print_final_stats=1", f"-max_len={4096 if args.target == 'reference' else 2048}", f"-timeout={int(max(60, args.deadline * 8))}",
+                f"-artifact_prefix={fuzz_dir}/", *args.libfuzzer, *map(str, dirs)]
+    print("$ " + " ".join(command), file=sys.stderr, flush=True)
+    stats: dict[str, int] = {}
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, errors="replace",
+                               env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert process.stderr is not None
+    for line in process.stderr:
+        sys.stderr.write(line)
+        match = _STAT.match(line)
+        if match:
+            stats[match.group(1)] = int(match.group(2))
+    status = process.wait()
+    print(summary(args.target, stats, findings))
+    return 0 if status == 0 else 1
+
+
+def summary(target: str, stats: dict[str, int], findings: Path) -> str:
+    from k2conform.fuzzing.engine import format_table
+
+    lines = [f"\n== k2conform fuzz {target}: {stats.get('number_of_executed_units', '?')} executions, "
+             f"{stats.get('average_exec_per_sec', '?')} exec/s, peak RSS {stats.get('peak_rss_mb', '?')} MB"]
+    table = findings / f"signatures-{target}.json"
+    if target != "reference" and table.is_file():
+        lines.append(format_table(json.loads(table.read_text(encoding="utf-8"))))
+    return "\n".join(lines)

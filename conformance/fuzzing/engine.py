@@ -1,0 +1,313 @@
+"""The differential engine shared by the fuzz targets and ``k2conform minimize``.
+
+It keeps the harness's isolation rules: an adapter is driven through
+:func:`k2conform.harness.execute`, so an exception inside a parser is a ``crash`` result
+(a finding) and a hang past the deadline a ``timeout``; anything that is k2conform's own
+fault (an ``adapter-error``, the reference parser failing, the reference's stream parse
+differing from its one-shot parse, a bug in the comparison) raises :class:`HarnessBug`
+or propagates, so the fuzzer stops loudly with a traceback.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from k2conform import delivery as dl
+from k2conform.corpus import CompletionCase, Expectation, load_case
+from k2conform.fuzzing.signature import classify, signature, slug
+from k2conform.model import Delta, Request, Result, dumps_canonical
+
+#: Delivery modes the fuzzers accept: the matrix's modes plus ``stream-split``, the
+#: text-level stream cut where the fuzz input says (its cut list).
+FUZZ_MODES: tuple[str, ...] = tuple(m for m in dl.MODES if m != "stream-recorded") + ("stream-split",)
+TEXT_LEVEL = ("stream-char", "stream-marker-split", "stream-random", "stream-recorded", "stream-split")
+DEFAULT_FUZZ_MODES = ("whole", "stream-token")
+DEFAULT_DEADLINE = 10.0
+
+#: Reference policies on which the spec itself decides (well-formed output: ``y_``), those
+#: that only keep what a stricter parser would lose (malformed, behaviour required: ``n_``);
+#: any other policy makes a case implementation-defined (``i_``).  See docs/policies.md.
+SPEC_POLICIES = frozenset({
+    "ARGS.marker-in-string", "ARGS.raw", "END.im-end", "ID.dotted-name", "ID.standard", "ID.verbatim",
+    "ID.whitespace", "THINK.end", "THINK.leading-open-tag", "THINK.off",
+})
+KEEPING_POLICIES = frozenset({
+    "ARGS.invalid-json", "ARGS.empty", "ARGS.unterminated-string", "STRUCT.call-without-section",
+    "STRUCT.missing-call-end", "STRUCT.missing-section-end", "STRUCT.section-noise", "STRUCT.stray-marker",
+    "STRUCT.text-after-section", "STRUCT.truncated-header", "THINK.implicit-end-at-section", "THINK.unterminated",
+})
+
+
+class HarnessBug(AssertionError):
+    """A bug in k2conform itself (glue, reference, comparison): never a parser finding."""
+
+
+class _Deadline(BaseException):
+    """Raised by the alarm; a BaseException so no parser ``except Exception`` swallows it."""
+
+
+def verdict_for(policies: Iterable[str]) -> str:
+    """``y``, ``n`` or ``i`` from the reference policies that fired."""
+    fired = set(policies)
+    if fired <= SPEC_POLICIES:
+        return "y"
+    if fired <= SPEC_POLICIES | KEEPING_POLICIES:
+        return "n"
+    return "i"
+
+
+@dataclass
+class Observation:
+    """One input in one delivery mode through the oracle and every adapter under test."""
+
+    mode: str
+    expected: Result
+    signature: str
+    kinds: dict[str, tuple[str, ...]]
+    results: dict[str, Result]          # per adapter: the result of the first disagreeing variant
+    deltas: tuple[str, ...] | None       # the variant's pieces, for text-level modes
+    variant: str = ""
+
+
+@dataclass
+class Engine:
+    """Adapters loaded once; ``observe`` runs one input through them."""
+
+    adapter_names: Sequence[str] | None = None
+    deadline: float = DEFAULT_DEADLINE
+    tokenizer: Any = None
+    skipped: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        from k2conform.registry import adapter_names, create_adapter, load
+        from k2conform.tokenizer import load_tokenizer
+
+        if self.tokenizer is None:
+            self.tokenizer = load_tokenizer()
+        self.reference = create_adapter("reference")
+        names = list(self.adapter_names) if self.adapter_names else [n for n in adapter_names() if n != "reference"]
+        self.adapters = []
+        for name in names:
+            if name == "reference":
+                continue
+            adapter = create_adapter(name)
+            availability = load(adapter)
+            if availability.status == "unavailable":
+                self.skipped[name] = availability.reason
+                continue
+            if availability.status != "ok":
+                raise HarnessBug(f"adapter {name} cannot load ({availability.status}): {availability.reason}")
+            self.adapters.append(adapter)
+        self.names = [a.name for a in self.adapters]
+
+    # -- running ---------------------------------------------------------------------------
+
+    def deliveries(self, text: str, mode: str, cuts: Sequence[int] | None = None,
+                   recorded: Sequence[str] | None = None) -> list[dl.Delivery]:
+        if mode == "stream-split":
+            return [dl.Delivery("stream-split", dl.cut(text, cuts or ()))]
+        return dl.deliveries(text, mode, self.tokenizer, seed=dl.case_seed(dl.DEFAULT_SEED, "fuzz"),
+                             recorded=recorded)
+
+    def run(self, adapter: Any, request: Request, delivery: dl.Delivery) -> Result:
+        """The harness's ``execute`` under a deadline; glue errors are k2conform's bugs."""
+        from k2conform.harness import execute
+
+        def alarm(signum: int, frame: Any) -> None:
+            raise _Deadline()
+
+        previous = signal.signal(signal.SIGALRM, alarm)
+        signal.setitimer(signal.ITIMER_REAL, self.deadline)
+        try:
+            result = execute(adapter, request, delivery)
+        except _Deadline:
+            result = Result.failed("timeout", f"no result within {self.deadline:g} s")
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+        if result.outcome not in ("ok", "crash", "timeout"):
+            raise HarnessBug(f"{adapter.name} {delivery.label}: {result.outcome}: {result.error}")
+        return result
+
+    def oracle(self, request: Request, text: str) -> Result:
+        result = self.run(self.reference, request, dl.Delivery("whole", (Delta(text),)))
+        if result.outcome != "ok":
+            raise HarnessBug(f"the reference parser failed: {result.outcome}: {result.error}\ninput: {text!r}")
+        return result
+
+    def observe(self, request: Request, text: str, mode: str, cuts: Sequence[int] | None = None,
+                recorded: Sequence[str] | None = None, expected: Result | None = None,
+                check_reference_stream: bool = True) -> Observation:
+        """Every adapter's disagreement with ``expected`` (default: the reference's one-shot parse)."""
+        if expected is None:
+            expected = self.oracle(request, text)
+        variants = self.deliveries(text, mode, cuts, recorded)
+        if check_reference_stream and mode != "whole":
+            for variant in variants:
+                streamed = self.run(self.reference, request, variant)
+                broken = [v for v in streamed.meta.get("stream_violations") or () if "marker bytes" not in v]
+                if streamed.outcome != "ok" or broken or _observable(streamed) != _observable(expected):
+                    raise HarnessBug(f"the reference's {variant.label} parse differs from its one-shot parse:"
+                                     f"\n{streamed.to_json()}\nvs {expected.to_json()}\ninput: {text!r}")
+        kinds: dict[str, tuple[str, ...]] = {}
+        results: dict[str, Result] = {}
+        chosen: dl.Delivery | None = None
+        for adapter in self.adapters:
+            found: list[str] = []
+            for variant in variants:
+                result = self.run(adapter, request, variant)
+                got = classify(expected, result)
+                if got and not found:
+                    results[adapter.name] = result
+                    chosen = chosen or variant
+                elif adapter.name not in results:
+                    results[adapter.name] = result
+                found.extend(k for k in got if k not in found)
+            from k2conform.fuzzing.signature import KINDS
+
+            kinds[adapter.name] = tuple(k for k in KINDS if k in found)
+        sig = signature(kinds, self.names)
+        chosen = chosen or variants[0]
+        deltas = tuple(d.text for d in chosen.deltas) if mode in TEXT_LEVEL else None
+        return Observation(mode, expected, sig, kinds, results, deltas, chosen.label)
+
+
+def _observable(result: Result) -> tuple:
+    return (result.content or None, result.reasoning or None, result.tool_calls)
+
+
+# -- case files ------------------------------------------------------------------------------
+
+
+def _compact(result: Result) -> str:
+    data = {k: v for k, v in result.to_json().items() if k != "meta" and v not in (None, [])}
+    if data.get("outcome") == "ok":
+        del data["outcome"]
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+
+
+def finding_case(request: Request, text: str, observation: Observation, target: str,
+                 prefix: str = "fuzz", minimised: bool = False) -> CompletionCase:
+    """A case file in the corpus format recording a disagreement.
+
+    The expectation is the oracle's result; the verdict follows the reference policies that
+    fired (``i_`` when the spec does not decide); description and source record the
+    signature, the delivery and every adapter's observed result; ``generator`` records what
+    ``k2conform minimize`` needs to reproduce it.
+    """
+    policies = list(observation.expected.meta.get("policies") or ())
+    verdict = verdict_for(policies) if target != "roundtrip" else "y"
+    digest = hashlib.sha256(json.dumps([text, request.to_json(), observation.deltas, observation.mode],
+                                       ensure_ascii=False).encode()).hexdigest()[:8]
+    case_id = f"{verdict}_{prefix}_{slug(observation.signature, 48)}_{digest}"
+    mode = "stream-recorded" if observation.deltas is not None else observation.mode
+    observed = "; ".join(f"{name} -> {_compact(result)}" for name, result in observation.results.items()
+                         if observation.kinds.get(name))
+    description = (f"{'minimised ' if minimised else ''}{target} fuzz finding: {observation.signature} "
+                   f"in {observation.mode} (matrix mode {mode})")
+    source = (f"k2conform fuzz {target}{' + k2conform minimize' if minimised else ''}; signature "
+              f"{observation.signature}; delivery {observation.mode}"
+              f"{' [' + observation.variant + ']' if observation.variant else ''}; observed: {observed}; "
+              f"expected ({'rendered calls' if target == 'roundtrip' else 'reference'}): "
+              f"{_compact(observation.expected)}; reference policies: {', '.join(policies) or '-'}")
+    tags = ["FUZZ." + target] + [f"FUZZ.{kind}" for kind in
+                                 dict.fromkeys(k for ks in observation.kinds.values() for k in ks)]
+    expected = Expectation(observation.expected.content, observation.expected.reasoning,
+                           observation.expected.tool_calls)
+    generator = {"class": f"FUZZ.{target}", "seed": 0, "delivery": observation.mode,
+                 "signature": observation.signature, "adapters": sorted(observation.kinds)}
+    return CompletionCase(case_id, description, tuple(tags), source, request, text,
+                          observation.deltas, expected, generator)
+
+
+def write_case_file(case: CompletionCase, directory: Path | str) -> Path:
+    from k2conform.corpus import write_case
+
+    return write_case(case, directory)
+
+
+# -- findings --------------------------------------------------------------------------------
+
+
+@dataclass
+class FindingStore:
+    """Distinct signatures: a new one is saved as a case file, a known one only counted.
+
+    Signatures already saved in ``directory`` (by an earlier run) count as known.  The
+    table is written to ``directory/signatures-<target>.json`` as it changes, since
+    libFuzzer ends the process without running Python's exit handlers.
+    """
+
+    directory: Path
+    target: str
+    counts: dict[str, int] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)
+    new: list[str] = field(default_factory=list)
+    executions: int = 0
+    started: float = field(default_factory=time.monotonic)
+    _written: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.directory = Path(self.directory)
+        if self.directory.is_dir():
+            for path in sorted(self.directory.glob("*.json")):
+                try:
+                    case = load_case(path)
+                except Exception:  # noqa: BLE001 - a table or a foreign file, not a finding
+                    continue
+                generator = getattr(case, "generator", None) or {}
+                if generator.get("class") == f"FUZZ.{self.target}" and "signature" in generator:
+                    key = self.key(generator["delivery"], generator["signature"])
+                    self.counts.setdefault(key, 0)
+                    self.files.setdefault(key, str(path))
+
+    @staticmethod
+    def key(mode: str, sig: str) -> str:
+        return f"{mode} {sig}"
+
+    def record(self, request: Request, text: str, observation: Observation) -> bool:
+        key = self.key(observation.mode, observation.signature)
+        fresh = key not in self.counts
+        self.counts[key] = self.counts.get(key, 0) + 1
+        if fresh:
+            case = finding_case(request, text, observation, self.target)
+            self.files[key] = str(write_case_file(case, self.directory))
+            self.new.append(key)
+            print(f"\n[k2conform fuzz] NEW signature {key} -> {self.files[key]}", flush=True)
+        self.save(force=fresh)
+        return fresh
+
+    def tick(self) -> None:
+        self.executions += 1
+        if self.executions % 200 == 0:
+            self.save()
+
+    def save(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._written < 2.0:
+            return
+        self._written = now
+        self.directory.mkdir(parents=True, exist_ok=True)
+        data = {"target": self.target, "executions": self.executions, "seconds": round(now - self.started, 1),
+                "signatures": [{"key": k, "count": c, "file": self.files.get(k), "new": k in self.new}
+                               for k, c in sorted(self.counts.items(), key=lambda kv: (-kv[1], kv[0]))]}
+        path = self.directory / f"signatures-{self.target}.json"
+        path.write_text(json.dumps(data, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+
+
+def format_table(data: Mapping[str, Any]) -> str:
+    """The signature table of a ``signatures-<target>.json``."""
+    rows = data.get("signatures") or []
+    lines = [f"{data.get('target')}: {data.get('executions')} executions in {data.get('seconds')} s, "
+             f"{len(rows)} distinct signatures ({sum(1 for r in rows if r['new'])} new this run)"]
+    if rows:
+        lines.append(f"{'count':>7}  {'new':3}  signature (delivery adapter:kinds|...)")
+        for row in rows:
+            lines.append(f"{row['count']:>7}  {'yes' if row['new'] else '':3}  {row['key']}")
+    return "\n".join(lines)

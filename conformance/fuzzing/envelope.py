@@ -1,0 +1,114 @@
+"""The fuzz input: one byte string carrying the request flags, the model output and the
+chunk boundaries of a text-level stream.
+
+Layout::
+
+    FLAGS  TEXT-UTF-8  [0xFF  GAP GAP ...]
+
+``FLAGS`` (the first byte): bit 0 thinking on, bit 1 declare the tools the output names,
+bit 2 leave the first named tool undeclared.  ``TEXT`` is the model output; bytes that are
+not UTF-8 decode as U+FFFD, so every input is a valid string.  0xFF never occurs in
+UTF-8, so it separates the optional cut list: each ``GAP`` byte moves the next cut
+``GAP + 1`` characters on.  Without a cut list the cuts derive from a hash of the input, so
+every input still carries a split.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import zlib
+from dataclasses import dataclass
+
+from k2conform import markers as mk
+from k2conform.model import Request
+
+THINKING = 1
+DECLARE_TOOLS = 2
+UNDECLARED_FIRST = 4
+SEPARATOR = 0xFF
+MAX_DECLARED = 8
+
+_CALL_ID = re.compile(
+    re.escape(mk.CALL_BEGIN) + r"\s*(?:functions\.)?([^\s<]{1,64}?)(?::\s*\d+)?\s*" + re.escape(mk.ARGUMENT_BEGIN)
+)
+
+
+@dataclass(frozen=True)
+class FuzzInput:
+    text: str
+    flags: int = DECLARE_TOOLS
+    cuts: tuple[int, ...] | None = None  # character offsets; None: derived from the input's hash
+
+    @property
+    def thinking(self) -> bool:
+        return bool(self.flags & THINKING)
+
+    def request(self) -> Request:
+        return Request(tools=tuple(declared_tools(self.text, self.flags)), thinking=self.thinking)
+
+    def split_points(self) -> tuple[int, ...]:
+        """The cut offsets of the text-level ``stream-split`` delivery."""
+        if self.cuts is not None:
+            return tuple(c for c in self.cuts if 0 < c < len(self.text))
+        rng = random.Random(zlib.crc32(self.text.encode("utf-8")) ^ self.flags)
+        cuts, position = [], 0
+        while True:
+            position += rng.randint(1, 12)
+            if position >= len(self.text):
+                return tuple(cuts)
+            cuts.append(position)
+
+    def encode(self) -> bytes:
+        data = bytes([self.flags & 0xFF]) + self.text.encode("utf-8")
+        if self.cuts is None:
+            return data
+        gaps, previous = [], 0
+        for cut in sorted(set(self.cuts)):
+            step = cut - previous
+            while step > 256:  # a long stretch without a cut: a 256-step then the rest
+                gaps.append(255)
+                step -= 256
+                previous += 256
+            if step >= 1:
+                gaps.append(step - 1)
+            previous = cut
+        # a 256-step whose cut lands past the text is harmless: split_points drops it
+        return data + bytes([SEPARATOR]) + bytes(gaps)
+
+
+def decode(data: bytes) -> FuzzInput:
+    """Any byte string is a fuzz input."""
+    if not data:
+        return FuzzInput("", 0, None)
+    flags, rest = data[0], data[1:]
+    at = rest.find(SEPARATOR)
+    cuts = None
+    if at >= 0:
+        rest, gap_bytes = rest[:at], rest[at + 1 :]
+        position, cut_list = 0, []
+        for gap in gap_bytes:
+            position += gap + 1
+            cut_list.append(position)
+        cuts = tuple(cut_list)
+    return FuzzInput(rest.decode("utf-8", "replace"), flags & 0x07, cuts)
+
+
+def tool_names_in(text: str) -> list[str]:
+    """The function names the output's call ids carry, in order, without repeats."""
+    return list(dict.fromkeys(m.group(1) for m in _CALL_ID.finditer(text)))[:MAX_DECLARED]
+
+
+def declared_tools(text: str, flags: int) -> list[dict]:
+    if not flags & DECLARE_TOOLS:
+        return []
+    names = tool_names_in(text)
+    if flags & UNDECLARED_FIRST:
+        names = names[1:]
+    if not names:  # a server with tool parsing on always declares at least one tool
+        names = ["get_weather"]
+    return [
+        {"type": "function", "function": {"name": name, "description": f"Tool {name}",
+                                          "parameters": {"type": "object", "properties": {}}}}
+        for name in names
+    ]

@@ -1,0 +1,223 @@
+"""A marker-aware mutator for Kimi K2 model outputs, shared by every fuzz target.
+
+libFuzzer's byte-level mutations rarely produce a whole 28-byte marker, so this mutator
+works on the structure instead: it inserts, drops, duplicates, reorders, truncates and
+splits the five tool markers and the ``<think>`` tags, changes a call's index, splices
+argument bodies, and moves the chunk boundaries of the text-level stream.  One call in
+five is left to libFuzzer's own mutation (``atheris.Mutate``).  Every result decodes as a
+valid fuzz input whose text is valid UTF-8 (see :mod:`k2conform.fuzzing.envelope`).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from typing import Callable
+
+from k2conform import markers as mk
+from k2conform.fuzzing.envelope import FuzzInput, decode
+
+#: The markers the mutator moves around: the five tool markers and the think tags.
+MARKERS: tuple[str, ...] = mk.TOOL_MARKERS + (mk.THINK_BEGIN, mk.THINK_END)
+#: Rarer material it also inserts: singular section markers, end of message.
+EXTRA_MARKERS: tuple[str, ...] = (mk.SECTION_BEGIN_SINGULAR, mk.SECTION_END_SINGULAR, mk.IM_END)
+_MARKER_RE = re.compile("|".join(re.escape(m) for m in MARKERS + EXTRA_MARKERS))
+_INDEX_RE = re.compile(re.escape(mk.CALL_BEGIN) + r"[^<]*?:(\s*\d*)(?=\s*" + re.escape(mk.ARGUMENT_BEGIN) + ")")
+_ARGS_RE = re.compile(re.escape(mk.ARGUMENT_BEGIN) + r"(.*?)(?=" + re.escape(mk.CALL_END) + ")", re.S)
+
+#: Argument bodies spliced in: edge cases of JSON and of the format.
+ARGUMENT_POOL: tuple[str, ...] = (
+    "{}", "", '{"a": 1}', '{"city": "Paris", "days": 3}', '{"q": "see <|tool_call_end|> here"}',
+    '{"s": "\\u00e9\\"\\\\"}', '{"a": [1, 2, {"b": null}]}', '{"a": 1,}', "{'a': 1}", '{"a": NaN}',
+    '{"x": "unterminated', '[1, 2]', '"just a string"', '{"a": 1}{"b": 2}', '{\n  "a": 1\n}',
+    '{"k": "天气", "e": "😀"}', '{"a": 1e400}', '{"a": "\\ud800"}', '{"a": {"b": {"c": {"d": []}}}}',
+)
+NAME_POOL: tuple[str, ...] = (
+    "get_weather", "search.web", "a.b.c", "get-weather", "天气查询", "x", "functions.get_weather",
+    "name:with:colons", "call_abc123", "toolu_01", "0",
+)
+
+
+def _occurrences(text: str) -> list[re.Match[str]]:
+    return list(_MARKER_RE.finditer(text))
+
+
+def insert_marker(text: str, rng: random.Random) -> str:
+    marker = rng.choice(MARKERS if rng.random() < 0.85 else EXTRA_MARKERS)
+    at = rng.randint(0, len(text))
+    return text[:at] + marker + text[at:]
+
+
+def drop_marker(text: str, rng: random.Random) -> str:
+    found = _occurrences(text)
+    if not found:
+        return text
+    m = rng.choice(found)
+    return text[: m.start()] + text[m.end() :]
+
+
+def duplicate_marker(text: str, rng: random.Random) -> str:
+    found = _occurrences(text)
+    if not found:
+        return insert_marker(text, rng)
+    m = rng.choice(found)
+    return text[: m.end()] + m.group() + text[m.end() :]
+
+
+def reorder_markers(text: str, rng: random.Random) -> str:
+    """Swap two different marker occurrences."""
+    found = _occurrences(text)
+    pairs = [(a, b) for i, a in enumerate(found) for b in found[i + 1 :] if a.group() != b.group()]
+    if not pairs:
+        return text
+    a, b = rng.choice(pairs)
+    return text[: a.start()] + b.group() + text[a.end() : b.start()] + a.group() + text[b.end() :]
+
+
+def truncate_marker(text: str, rng: random.Random) -> str:
+    """Cut a marker short (keep a proper prefix): a partial marker in the text."""
+    found = _occurrences(text)
+    if not found:
+        return text
+    m = rng.choice(found)
+    keep = rng.randint(1, len(m.group()) - 1)
+    return text[: m.start() + keep] + text[m.end() :]
+
+
+def break_marker(text: str, rng: random.Random) -> str:
+    """Put text inside a marker (a space, a newline, another marker's prefix)."""
+    found = _occurrences(text)
+    if not found:
+        return text
+    m = rng.choice(found)
+    at = m.start() + rng.randint(1, len(m.group()) - 1)
+    return text[:at] + rng.choice((" ", "\n", "<", "<|", "x")) + text[at:]
+
+
+def change_index(text: str, rng: random.Random) -> str:
+    """Give a call another index: a different number, a huge one, leading zeros, none."""
+    found = list(_INDEX_RE.finditer(text))
+    if not found:
+        return text
+    m = rng.choice(found)
+    new = rng.choice(("0", "1", "7", "00", " 1", "99999999999999999999", "", "-1", "x", str(rng.randint(0, 20))))
+    return text[: m.start(1)] + new + text[m.end(1) :]
+
+
+def change_name(text: str, rng: random.Random) -> str:
+    """Give a call another function name (dotted, hyphenated, non-ASCII, foreign ids)."""
+    found = list(_INDEX_RE.finditer(text))
+    if not found:
+        return text
+    m = rng.choice(found)
+    head = m.start() + len(mk.CALL_BEGIN)
+    return text[:head] + "functions." + rng.choice(NAME_POOL) + text[m.start(1) - 1 :]
+
+
+def splice_arguments(text: str, rng: random.Random) -> str:
+    """Replace one call's argument body by another call's body or one from the pool."""
+    found = list(_ARGS_RE.finditer(text))
+    if not found:
+        return text
+    m = rng.choice(found)
+    others = [o.group(1) for o in found if o is not m]
+    body = rng.choice(others) if others and rng.random() < 0.5 else rng.choice(ARGUMENT_POOL)
+    return text[: m.start(1)] + body + text[m.end(1) :]
+
+
+def split_marker(fuzz: FuzzInput, rng: random.Random) -> FuzzInput:
+    """Add a chunk boundary inside a marker (text-level streams cut markers anywhere)."""
+    found = _occurrences(fuzz.text)
+    cuts = set(fuzz.split_points())
+    if found:
+        m = rng.choice(found)
+        cuts.add(m.start() + rng.randint(1, len(m.group()) - 1))
+    elif len(fuzz.text) > 1:
+        cuts.add(rng.randint(1, len(fuzz.text) - 1))
+    return FuzzInput(fuzz.text, fuzz.flags, tuple(sorted(cuts)))
+
+
+def move_cuts(fuzz: FuzzInput, rng: random.Random) -> FuzzInput:
+    """Drop some chunk boundaries or cut every character."""
+    cuts = list(fuzz.split_points())
+    choice = rng.random()
+    if choice < 0.2 or not cuts:
+        cuts = list(range(1, len(fuzz.text)))
+    else:
+        cuts = [c for c in cuts if rng.random() < 0.7]
+    return FuzzInput(fuzz.text, fuzz.flags, tuple(cuts))
+
+
+def flip_flags(fuzz: FuzzInput, rng: random.Random) -> FuzzInput:
+    return FuzzInput(fuzz.text, fuzz.flags ^ (1 << rng.randint(0, 2)), fuzz.cuts)
+
+
+#: Mutations of the text; each keeps the text a valid string.
+TEXT_OPERATIONS: dict[str, Callable[[str, random.Random], str]] = {
+    "insert": insert_marker,
+    "drop": drop_marker,
+    "duplicate": duplicate_marker,
+    "reorder": reorder_markers,
+    "truncate": truncate_marker,
+    "break": break_marker,
+    "index": change_index,
+    "name": change_name,
+    "splice": splice_arguments,
+}
+#: Mutations of the whole input (flags, chunk boundaries).
+INPUT_OPERATIONS: dict[str, Callable[[FuzzInput, random.Random], FuzzInput]] = {
+    "split": split_marker,
+    "cuts": move_cuts,
+    "flags": flip_flags,
+}
+OPERATIONS = tuple(TEXT_OPERATIONS) + tuple(INPUT_OPERATIONS)
+
+
+def apply(operation: str, fuzz: FuzzInput, rng: random.Random) -> FuzzInput:
+    """One named structural mutation.  Cut points follow the text only approximately
+    (a text mutation keeps the cut list as it is, and offsets past the end are dropped)."""
+    if operation in TEXT_OPERATIONS:
+        return FuzzInput(TEXT_OPERATIONS[operation](fuzz.text, rng), fuzz.flags, fuzz.cuts)
+    return INPUT_OPERATIONS[operation](fuzz, rng)
+
+
+def fit(fuzz: FuzzInput, max_size: int) -> bytes:
+    """The encoded input, shortened (by whole characters) until it fits ``max_size``."""
+    data = fuzz.encode()
+    if len(data) <= max_size:
+        return data
+    data = FuzzInput(fuzz.text, fuzz.flags, None).encode()
+    if len(data) <= max_size:
+        return data
+    text = data[1 : max(1, max_size)].decode("utf-8", "ignore")  # drops a cut-off character
+    return FuzzInput(text, fuzz.flags, None).encode()[:max_size]
+
+
+def mutate(data: bytes, max_size: int, seed: int,
+           libfuzzer_mutate: Callable[[bytes, int], bytes] | None = None) -> bytes:
+    """The custom mutator: ``atheris.Setup(..., custom_mutator=...)`` calls it with
+    ``libfuzzer_mutate=atheris.Mutate`` bound (see :func:`custom_mutator`)."""
+    rng = random.Random(seed)
+    if libfuzzer_mutate is not None and rng.random() < 0.2:
+        mutated = libfuzzer_mutate(data, max_size)
+        return fit(decode(mutated), max_size)  # normalise: the text is valid UTF-8 again
+    fuzz = decode(data)
+    for _ in range(rng.choice((1, 1, 1, 2, 3))):
+        fuzz = apply(rng.choice(OPERATIONS), fuzz, rng)
+    return fit(fuzz, max_size)
+
+
+def custom_mutator(data: bytes, max_size: int, seed: int) -> bytes:
+    import atheris
+
+    return mutate(data, max_size, seed, atheris.Mutate)
+
+
+def custom_crossover(data1: bytes, data2: bytes, max_out_size: int, seed: int) -> bytes:
+    """Splice: the head of one output up to a marker, the tail of the other from a marker."""
+    rng = random.Random(seed)
+    a, b = decode(data1), decode(data2)
+    heads = [m.start() for m in _occurrences(a.text)] or [rng.randint(0, len(a.text))]
+    tails = [m.start() for m in _occurrences(b.text)] or [rng.randint(0, len(b.text))]
+    text = a.text[: rng.choice(heads)] + b.text[rng.choice(tails) :]
+    return fit(FuzzInput(text, a.flags, None), max_out_size)

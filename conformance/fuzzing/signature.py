@@ -1,0 +1,95 @@
+"""Disagreement classes and signatures: how thousands of failing fuzz inputs become a short list.
+
+A disagreement between an adapter's result and the expected one (the reference's, or the
+calls the roundtrip target rendered) is classified into a closed set of *kinds*; the
+*signature* of an input is every disagreeing adapter with its kinds, in adapter order:
+``vllm:dropped-call|sglang:leaked-marker+wrong-arguments``.  Kinds are decided from the
+results alone (never from the input's text), so two inputs that break a parser the same
+way share a signature.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Mapping, Sequence
+
+from k2conform.compare import compare_arguments
+from k2conform.markers import LEAK_MARKERS
+from k2conform.model import Result
+
+#: Every kind, in the order a signature lists them.
+KINDS: tuple[str, ...] = (
+    "crash",            # the parser raised (a finding, never a fuzzer crash)
+    "timeout",          # the parser did not return within the per-input deadline
+    "dropped-call",     # fewer calls than expected
+    "extra-call",       # more calls than expected
+    "wrong-name",       # same number of calls, a name differs
+    "wrong-arguments",  # same number of calls, arguments differ (JSON-equal, else byte-equal)
+    "leaked-marker",    # marker bytes in content or reasoning that the expectation does not have
+    "content-drift",    # content differs otherwise (implied by leaked-marker, so not listed with it)
+    "reasoning-drift",  # reasoning differs otherwise
+    "broken-stream",    # the stream broke a client invariant (id/name resent, index gap)
+)
+
+
+def _marker_counts(*texts: str | None) -> dict[str, int]:
+    joined = "".join(t or "" for t in texts)
+    return {m: joined.count(m) for m in LEAK_MARKERS}
+
+
+def classify(expected: Result, observed: Result) -> tuple[str, ...]:
+    """The kinds of disagreement of ``observed`` with ``expected`` (empty: they agree).
+
+    Ids are not compared (SGLang rebuilds them, vLLM may mint them: the matrix judges ids).
+    """
+    if observed.outcome in ("crash", "timeout"):
+        return (observed.outcome,)
+    if observed.outcome != "ok":
+        raise ValueError(f"cannot classify a result with outcome {observed.outcome!r}")
+    kinds: set[str] = set()
+    e_calls, o_calls = expected.tool_calls, observed.tool_calls
+    if len(o_calls) < len(e_calls):
+        kinds.add("dropped-call")
+    elif len(o_calls) > len(e_calls):
+        kinds.add("extra-call")
+    else:
+        for e, o in zip(e_calls, o_calls):
+            if e.name != o.name:
+                kinds.add("wrong-name")
+            if compare_arguments(e.arguments, o.arguments):
+                kinds.add("wrong-arguments")
+    e_markers = _marker_counts(expected.content, expected.reasoning)
+    o_markers = _marker_counts(observed.content, observed.reasoning)
+    if any(o_markers[m] > e_markers[m] for m in LEAK_MARKERS):
+        kinds.add("leaked-marker")
+    else:
+        if (expected.content or "") != (observed.content or ""):
+            kinds.add("content-drift")
+        if (expected.reasoning or "") != (observed.reasoning or ""):
+            kinds.add("reasoning-drift")
+    # Marker bytes in content deltas are judged above, against the expectation.
+    if any("marker bytes" not in v for v in observed.meta.get("stream_violations") or ()):
+        kinds.add("broken-stream")
+    return tuple(k for k in KINDS if k in kinds)
+
+
+def signature(kinds_by_adapter: Mapping[str, Sequence[str]], order: Iterable[str] | None = None) -> str:
+    """``adapter:kind+kind|adapter:kind`` over the adapters that disagree ("" when none does)."""
+    names = list(order) if order is not None else list(kinds_by_adapter)
+    return "|".join(f"{name}:{'+'.join(kinds_by_adapter[name])}" for name in names
+                    if kinds_by_adapter.get(name))
+
+
+def parse_signature(text: str) -> dict[str, tuple[str, ...]]:
+    """The inverse of :func:`signature`."""
+    out: dict[str, tuple[str, ...]] = {}
+    for part in filter(None, text.split("|")):
+        name, _, kinds = part.partition(":")
+        out[name] = tuple(kinds.split("+"))
+    return out
+
+
+def slug(text: str, limit: int = 60) -> str:
+    """An id-safe form of a signature: ``sglang_leaked-marker__vllm_dropped-call``."""
+    out = text.replace("|", "__").replace(":", "_").replace("+", "_")
+    out = "".join(c if c.isascii() and (c.isalnum() or c in "_-") else "_" for c in out.lower())
+    return out[:limit].strip("_-") or "x"

@@ -1,0 +1,303 @@
+"""The three atheris targets: ``reference``, ``differential`` and ``roundtrip``.
+
+Run one as ``python fuzz/fuzz_NAME.py [options] [libFuzzer flags] [corpus dirs]`` or
+``python -m k2conform.fuzzing.targets NAME ...``; ``k2conform fuzz NAME`` wraps it.
+Options (before the libFuzzer flags): ``--adapter A`` (repeatable; default every available
+adapter but the reference), ``--delivery M`` (repeatable; default ``whole`` and
+``stream-token``), ``--findings DIR`` (default ``fuzz/findings``), ``--deadline S``
+(seconds per parse before it is a timeout finding).
+
+Only what coverage is wanted for is instrumented: the reference parser, and vLLM's and
+SGLang's ``kimi_k2`` modules, imported inside ``atheris.instrument_imports`` (their heavy
+dependencies, torch included, are imported before, uninstrumented).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import warnings
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+INSTRUMENTED_MODULES: tuple[str, ...] = (
+    "vllm.tool_parsers.kimi_k2_tool_parser",
+    "vllm.reasoning.kimi_k2_reasoning_parser",
+    "vllm.parser.kimi_k2",
+    "sglang.srt.function_call.kimik2_detector",
+    "sglang.srt.function_call.base_format_detector",
+    "sglang.srt.parser.reasoning_parser",
+)
+#: Imported first, uninstrumented: what the parsers need around them.
+HEAVY_MODULES: tuple[str, ...] = (
+    "torch", "transformers", "pydantic", "vllm", "vllm.entrypoints.openai.chat_completion.protocol",
+    "sglang", "sglang.srt.entrypoints.openai.protocol",
+)
+TARGETS = ("reference", "differential", "roundtrip")
+MAX_TEXT = 8192
+
+
+def default_fuzz_dir() -> Path:
+    """``fuzz/`` of this checkout, else ``./k2conform-fuzz``."""
+    here = Path(__file__).resolve().parent.parent.parent / "fuzz"
+    return here if here.is_dir() else Path.cwd() / "k2conform-fuzz"
+
+
+def own_options(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
+    """Split our options from libFuzzer's flags and corpus directories."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--adapter", action="append")
+    parser.add_argument("--delivery", action="append")
+    parser.add_argument("--findings", type=Path)
+    parser.add_argument("--deadline", type=float, default=10.0)
+    options, rest = parser.parse_known_args(list(argv[1:]))
+    env = os.environ
+    options.adapter = options.adapter or (env["K2FUZZ_ADAPTERS"].split(",") if env.get("K2FUZZ_ADAPTERS") else None)
+    options.delivery = options.delivery or (env["K2FUZZ_DELIVERY"].split(",") if env.get("K2FUZZ_DELIVERY") else None)
+    options.findings = options.findings or Path(env.get("K2FUZZ_FINDINGS") or default_fuzz_dir() / "findings")
+    return options, [argv[0], *rest]
+
+
+def silence() -> None:
+    """Parsers log freely (a warning per unknown id); fuzzing output must stay readable."""
+    logging.disable(logging.CRITICAL)
+    warnings.simplefilter("ignore")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def _observable(result: Any) -> tuple:
+    return (result.content, result.reasoning, result.tool_calls)
+
+
+# -- reference --------------------------------------------------------------------------------
+
+
+def reference_target() -> Callable[[bytes], None]:
+    from k2conform.delivery import cut
+    from k2conform.fuzzing.envelope import decode
+    from k2conform.markers import LEAK_MARKERS
+    from k2conform.model import Result, ToolCall
+    from k2conform.reference.parser import ReferenceParser, parse
+    from k2conform.reference.policies import POLICIES
+    from k2conform.stream import assemble
+
+    def check_valid(result: Result) -> None:
+        assert isinstance(result, Result) and result.outcome == "ok" and result.error is None, result
+        for text in (result.content, result.reasoning):
+            assert text is None or (isinstance(text, str) and text != ""), result
+        for call in result.tool_calls:
+            assert isinstance(call, ToolCall), call
+            assert isinstance(call.name, str) and isinstance(call.arguments, str), call
+            assert call.id is None or isinstance(call.id, str), call
+        assert set(result.meta["policies"]) <= set(POLICIES), result.meta
+        assert Result.from_json(json.loads(json.dumps(result.to_json()))) == result
+
+    def test_one_input(data: bytes) -> None:
+        fuzz = decode(data)
+        if len(fuzz.text) > MAX_TEXT:
+            return
+        request = fuzz.request()
+        whole = parse(fuzz.text, request)
+        check_valid(whole)
+        deltas = cut(fuzz.text, fuzz.split_points())
+        parser = ReferenceParser(request)
+        events = [parser.feed(d.text) for d in deltas] + [parser.finish()]
+        streamed = parser.result()
+        assert _observable(streamed) == _observable(whole), (fuzz, streamed, whole)
+        assembled = assemble(events)
+        # Marker bytes in content are a stream violation only where the one-shot content has
+        # none (the reference keeps a stray section end in text as content: see the README).
+        leaks = any(m in (whole.content or "") for m in LEAK_MARKERS)
+        violations = [v for v in assembled.violations if not (leaks and "marker bytes" in v)]
+        assert not violations, (fuzz, violations)
+        assert _observable(assembled.result) == _observable(whole), (fuzz, assembled.result, whole)
+
+    return test_one_input
+
+
+# -- differential -----------------------------------------------------------------------------
+
+
+def differential_target(engine: Any, modes: Sequence[str], store: Any) -> Callable[[bytes], None]:
+    from k2conform.fuzzing.envelope import decode
+
+    def test_one_input(data: bytes) -> None:
+        fuzz = decode(data)
+        if len(fuzz.text) > MAX_TEXT:
+            return
+        request = fuzz.request()
+        expected = engine.oracle(request, fuzz.text)
+        cuts = fuzz.split_points()
+        for mode in modes:
+            observation = engine.observe(request, fuzz.text, mode, cuts, expected=expected)
+            if observation.signature:
+                store.record(request, fuzz.text, observation)
+        store.tick()
+
+    return test_one_input
+
+
+# -- roundtrip --------------------------------------------------------------------------------
+
+_LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+_NAME_TAIL = _LETTERS + "_0123456789"
+_NON_ASCII = "éüßçñøåжщкπλ天气查询ツール"
+_MARKER_TEXTS = ("<|tool_call_end|>", "<|tool_calls_section_end|>", "<|tool_call_begin|>",
+                 "<|tool_call_argument_begin|>", "<|tool_calls_section_begin|>", "</think>", "<|im_end|>")
+
+
+def _word(fdp: Any, alphabet: str, low: int, high: int) -> str:
+    return "".join(alphabet[fdp.ConsumeIntInRange(0, len(alphabet) - 1)] for _ in range(fdp.ConsumeIntInRange(low, high)))
+
+
+def fuzz_name(fdp: Any) -> str:
+    """A function name: plain, dotted, hyphenated or non-ASCII (one to three segments)."""
+    style = fdp.ConsumeIntInRange(0, 3)
+    alphabet = _NAME_TAIL + ("-" if style in (2, 3) else "") + (_NON_ASCII if style == 3 else "")
+    segments = fdp.ConsumeIntInRange(2, 3) if style == 1 or (style == 3 and fdp.ConsumeBool()) else 1
+    return ".".join(_word(fdp, _LETTERS + "_", 1, 1) + _word(fdp, alphabet, 0, 10) for _ in range(segments))
+
+
+def fuzz_string(fdp: Any) -> str:
+    text = fdp.ConsumeUnicodeNoSurrogates(fdp.ConsumeIntInRange(0, 16))
+    if fdp.ConsumeIntInRange(0, 4) == 0:
+        text += _MARKER_TEXTS[fdp.ConsumeIntInRange(0, len(_MARKER_TEXTS) - 1)] + text[:3]
+    return text
+
+
+def fuzz_value(fdp: Any, depth: int = 0) -> Any:
+    kind = fdp.ConsumeIntInRange(0, 7 if depth < 3 else 5)
+    if kind == 0:
+        return None
+    if kind == 1:
+        return fdp.ConsumeBool()
+    if kind == 2:
+        return fdp.ConsumeIntInRange(-(10**15), 10**15)
+    if kind == 3:
+        return fdp.ConsumeRegularFloat()
+    if kind in (4, 5):
+        return fuzz_string(fdp)
+    if kind == 6:
+        return [fuzz_value(fdp, depth + 1) for _ in range(fdp.ConsumeIntInRange(0, 3))]
+    return fuzz_object(fdp, depth + 1)
+
+
+def fuzz_object(fdp: Any, depth: int = 0) -> dict[str, Any]:
+    return {fuzz_string(fdp) or "k": fuzz_value(fdp, depth) for _ in range(fdp.ConsumeIntInRange(0, 4))}
+
+
+def roundtrip_input(data: bytes) -> tuple[Any, str, Any]:
+    """(request, model output, expected result) chosen by the fuzz input."""
+    import atheris
+
+    from k2conform.model import Request, Result, ToolCall
+    from k2conform.render import render_tool_calls
+
+    fdp = atheris.FuzzedDataProvider(data)
+    names = list(dict.fromkeys(fuzz_name(fdp) for _ in range(fdp.ConsumeIntInRange(1, 4))))
+    calls, rendered = [], []
+    for index in range(fdp.ConsumeIntInRange(0, 8)):
+        name = names[fdp.ConsumeIntInRange(0, len(names) - 1)]
+        arguments = json.dumps(fuzz_object(fdp), ensure_ascii=fdp.ConsumeBool())
+        call_id = f"functions.{name}:{index}"
+        calls.append(ToolCall(name=name, arguments=arguments, id=call_id))
+        rendered.append({"id": call_id, "function": {"name": name, "arguments": arguments}})
+    content = fdp.ConsumeUnicodeNoSurrogates(fdp.ConsumeIntInRange(0, 24)).replace("<", "") or None
+    thinking = fdp.ConsumeIntInRange(0, 3) == 0
+    reasoning = None
+    prefix = content or ""
+    if thinking:
+        reasoning = fdp.ConsumeUnicodeNoSurrogates(fdp.ConsumeIntInRange(1, 24)).replace("<", "") or "hmm"
+        prefix = reasoning + "</think>" + prefix
+    tools = tuple({"type": "function", "function": {"name": n, "description": f"Tool {n}",
+                                                    "parameters": {"type": "object", "properties": {}}}}
+                  for n in names)
+    request = Request(tools=tools, thinking=thinking)
+    expected = Result(content=content, reasoning=reasoning, tool_calls=tuple(calls))
+    return request, prefix + render_tool_calls(rendered), expected
+
+
+def roundtrip_target(engine: Any, modes: Sequence[str], store: Any) -> Callable[[bytes], None]:
+    from k2conform.compare import compare_results
+
+    def test_one_input(data: bytes) -> None:
+        request, text, expected = roundtrip_input(data)
+        # The reference must recover exactly the rendered calls, ids included: else it is ours.
+        reference = engine.oracle(request, text)
+        diffs = compare_results(expected, reference)
+        assert not diffs, (text, request.to_json(), [d.to_json() for d in diffs])
+        for delivery in engine.deliveries(text, "stream-char"):
+            streamed = engine.run(engine.reference, request, delivery)
+            assert streamed.outcome == "ok" and not compare_results(expected, streamed), (text, streamed)
+        for mode in modes:
+            observation = engine.observe(request, text, mode, None, expected=expected, check_reference_stream=False)
+            if observation.signature:
+                store.record(request, text, observation)
+        store.tick()
+
+    return test_one_input
+
+
+# -- main -------------------------------------------------------------------------------------
+
+
+def _load_engine(atheris: Any, options: argparse.Namespace) -> Any:
+    import importlib
+
+    for name in HEAVY_MODULES:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - absent parsers are reported as unavailable later
+            pass
+    from k2conform.fuzzing.engine import Engine
+
+    with atheris.instrument_imports(include=list(INSTRUMENTED_MODULES)):
+        engine = Engine(options.adapter, deadline=options.deadline)
+    for name, reason in engine.skipped.items():
+        print(f"[k2conform fuzz] {name} unavailable: {reason}", file=sys.stderr)
+    return engine
+
+
+def main(name: str, argv: Sequence[str] | None = None) -> None:
+    import atheris
+
+    if name not in TARGETS:
+        raise SystemExit(f"unknown fuzz target {name!r} (known: {', '.join(TARGETS)})")
+    options, rest = own_options(list(sys.argv if argv is None else argv))
+    silence()
+    with atheris.instrument_imports(include=["k2conform.reference"]):
+        import k2conform.reference.parser  # noqa: F401 - instrumented for coverage
+    from k2conform.fuzzing.mutator import custom_crossover, custom_mutator
+
+    kwargs: dict[str, Any] = {}
+    if name == "reference":
+        test_one_input = reference_target()
+        kwargs = {"custom_mutator": custom_mutator, "custom_crossover": custom_crossover}
+    else:
+        from k2conform.fuzzing.engine import DEFAULT_FUZZ_MODES, FUZZ_MODES, FindingStore
+
+        modes = tuple(options.delivery or DEFAULT_FUZZ_MODES)
+        unknown = [m for m in modes if m not in FUZZ_MODES]
+        if unknown:
+            raise SystemExit(f"unknown delivery mode(s) {unknown} (known: {', '.join(FUZZ_MODES)})")
+        engine = _load_engine(atheris, options)
+        store = FindingStore(options.findings, name)
+        print(f"[k2conform fuzz] {name}: adapters {', '.join(engine.names) or '(none)'}; deliveries "
+              f"{', '.join(modes)}; findings in {options.findings}", file=sys.stderr, flush=True)
+        if name == "differential":
+            test_one_input = differential_target(engine, modes, store)
+            kwargs = {"custom_mutator": custom_mutator, "custom_crossover": custom_crossover}
+        else:
+            test_one_input = roundtrip_target(engine, modes, store)
+    atheris.Setup(rest, test_one_input, **kwargs)
+    atheris.Fuzz()
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2:
+        raise SystemExit(f"usage: python -m k2conform.fuzzing.targets {{{','.join(TARGETS)}}} [options] [libFuzzer flags] [corpus dirs]")
+    target_name = sys.argv.pop(1)
+    main(target_name)
