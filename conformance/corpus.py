@@ -28,6 +28,11 @@ _COMPLETION_KEYS = {
     "id": True, "kind": True, "description": True, "tags": True, "source": True,
     "request": True, "model_output": False, "deltas": False, "expected": False, "generator": False,
 }
+_PROBE_KEYS = {
+    "id": True, "kind": True, "description": True, "tags": True, "source": True,
+    "tools": True, "tool_choice": False, "messages": True, "expect": True, "follow_up": False, "replay": True,
+}
+_EXPECT_CALLS = ("required", "none", "any")
 _PROMPT_KEYS = {
     "id": True, "kind": True, "description": True, "tags": True, "source": True,
     "messages": True, "tools": False, "add_generation_prompt": True, "expected_prompt": True,
@@ -128,13 +133,52 @@ class PromptCase:
         }
 
 
-Case = CompletionCase | PromptCase
+@dataclass(frozen=True)
+class ProbeCase:
+    """A conversation to send to a live engine (``"kind": "probe"``, docs/probes.md).
+
+    ``expect`` says whether the model should call tools (``calls``: required, none, any) and
+    which names it may call; ``follow_up`` (multi-turn) holds the tool results to send back
+    under the returned ids, with its own ``expect``; ``replay`` is the model output of each
+    turn that the CI engine (``k2conform serve-fake-engine``) generates: a live engine
+    ignores it.
+    """
+
+    id: str
+    description: str
+    tags: tuple[str, ...]
+    source: str
+    tools: tuple[Mapping[str, Any], ...]
+    tool_choice: str | Mapping[str, Any]
+    messages: tuple[Mapping[str, Any], ...]
+    expect: Mapping[str, Any]
+    follow_up: Mapping[str, Any] | None
+    replay: tuple[str, ...]
+    path: str = ""
+
+    kind = "probe"
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "id": self.id, "kind": self.kind, "description": self.description, "tags": list(self.tags),
+            "source": self.source, "tools": list(self.tools), "tool_choice": self.tool_choice,
+            "messages": list(self.messages), "expect": dict(self.expect),
+        }
+        if self.follow_up is not None:
+            data["follow_up"] = dict(self.follow_up)
+        data["replay"] = list(self.replay)
+        return data
+
+
+Case = CompletionCase | PromptCase | ProbeCase
 
 
 @dataclass
 class Corpus:
     completions: list[CompletionCase] = field(default_factory=list)
     prompts: list[PromptCase] = field(default_factory=list)
+    #: Live-engine probes (not counted in ``len``: they have no expected parse).
+    probes: list[ProbeCase] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.completions) + len(self.prompts)
@@ -161,7 +205,12 @@ def load_corpus(root: Path | str | None = None) -> Corpus:
         if case.id in seen:
             raise CorpusError(path, "id", f"duplicate id, also in {seen[case.id]}")
         seen[case.id] = str(path)
-        (corpus.completions if isinstance(case, CompletionCase) else corpus.prompts).append(case)
+        if isinstance(case, CompletionCase):
+            corpus.completions.append(case)
+        elif isinstance(case, ProbeCase):
+            corpus.probes.append(case)
+        else:
+            corpus.prompts.append(case)
     return corpus
 
 
@@ -198,7 +247,9 @@ def case_from_json(data: Any, path: Path | str = "<memory>") -> Case:
         return _completion(data, check, str(path))
     if kind == "prompt":
         return _prompt(data, check, str(path))
-    raise CorpusError(path, "kind", f"must be 'completion' or 'prompt', not {kind!r}")
+    if kind == "probe":
+        return _probe(data, check, str(path))
+    raise CorpusError(path, "kind", f"must be 'completion', 'prompt' or 'probe', not {kind!r}")
 
 
 def write_case(case: Case, directory: Path | str) -> Path:
@@ -265,6 +316,61 @@ def _prompt(data: Mapping[str, Any], check: _Checker, path: str) -> PromptCase:
         raise CorpusError(path, "add_generation_prompt", "must be true or false")
     expected_prompt = check.string(data["expected_prompt"], "expected_prompt")
     return PromptCase(case_id, description, tags, source, messages, tools, add, expected_prompt, path)
+
+
+def _probe(data: Mapping[str, Any], check: _Checker, path: str) -> ProbeCase:
+    check.object(data, "", _PROBE_KEYS)
+    case_id, description, tags, source = _common(data, check)
+    tools = _tools(data["tools"], check, "tools")
+    names = {t["function"]["name"] for t in tools}
+    tool_choice = _tool_choice(data.get("tool_choice", "auto"), check, "tool_choice")
+    if isinstance(tool_choice, dict) and tool_choice["function"].get("name") not in names:
+        raise CorpusError(path, "tool_choice.function.name", "must name a declared tool")
+    messages = tuple(
+        check.object(m, f"messages[{i}]", {"role": True}, strict=False)
+        for i, m in enumerate(check.array(data["messages"], "messages"))
+    )
+    if not messages:
+        raise CorpusError(path, "messages", "must not be empty")
+    expect = _probe_expect(data["expect"], check, "expect", names)
+    follow_up = None
+    turns = 1
+    if "follow_up" in data:
+        follow_up = check.object(data["follow_up"], "follow_up", {"tool_results": True, "expect": True})
+        results = check.object(follow_up["tool_results"], "follow_up.tool_results", {}, strict=False)
+        for name, value in results.items():
+            if name not in names:
+                raise CorpusError(path, f"follow_up.tool_results.{name}", "must be a declared tool")
+            check.string(value, f"follow_up.tool_results.{name}")
+        _probe_expect(follow_up["expect"], check, "follow_up.expect", names)
+        turns = 2
+    replay = tuple(check.string(r, f"replay[{i}]") for i, r in enumerate(check.array(data["replay"], "replay")))
+    if len(replay) != turns:
+        raise CorpusError(path, "replay", f"must hold one model output per turn ({turns})")
+    return ProbeCase(case_id, description, tags, source, tools, tool_choice, messages, expect, follow_up, replay, path)
+
+
+def _probe_expect(data: Any, check: _Checker, where: str, names: set[str]) -> Mapping[str, Any]:
+    check.object(data, where, {"calls": True, "names": False, "min_calls": False})
+    if data["calls"] not in _EXPECT_CALLS:
+        raise CorpusError(check.path, f"{where}.calls", f"must be one of {', '.join(_EXPECT_CALLS)}")
+    for i, name in enumerate(check.array(data.get("names", []), f"{where}.names")):
+        if name not in names:
+            raise CorpusError(check.path, f"{where}.names[{i}]", f"{name!r} is not a declared tool")
+    minimum = data.get("min_calls", 0)
+    if not isinstance(minimum, int) or isinstance(minimum, bool) or minimum < 0:
+        raise CorpusError(check.path, f"{where}.min_calls", "must be a non-negative integer")
+    return data
+
+
+def _tool_choice(tool_choice: Any, check: _Checker, where: str) -> str | Mapping[str, Any]:
+    if isinstance(tool_choice, str):
+        if tool_choice not in ("auto", "none", "required"):
+            raise CorpusError(check.path, where, "must be auto, none, required or a named choice")
+    else:
+        check.object(tool_choice, where, {"type": True, "function": True})
+        check.object(tool_choice["function"], f"{where}.function", {"name": True})
+    return tool_choice
 
 
 def _request(data: Any, check: _Checker) -> Request:
