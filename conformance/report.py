@@ -9,6 +9,7 @@ import json
 from collections import Counter, defaultdict
 from typing import Any, Iterable
 
+from k2conform.delivery import TOKEN_ALIGNED_MODES
 from k2conform.markers import visible
 
 #: Cells that say something about the parser; adapter-error cells never count against it.
@@ -25,8 +26,8 @@ def agreement(cells: Iterable[dict[str, Any]]) -> tuple[int, int]:
     return sum(c["outcome"] == "agree" for c in judged), len(judged)
 
 
-def class_matrix(results: dict[str, Any]) -> tuple[list[str], list[str], dict[tuple[str, str], tuple[int, int]]]:
-    """Taxonomy class × adapter → (agreeing, judged) cells."""
+def class_matrix(results: dict[str, Any]) -> tuple[list[str], list[str], dict[tuple[str, str], tuple[int, int, int]]]:
+    """Taxonomy class × adapter → (agreeing, judged, implementation-defined) cells."""
     tags = {c["id"]: c["tags"] for c in results["cases"]}
     grouped: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for cell in results["cells"]:
@@ -34,7 +35,9 @@ def class_matrix(results: dict[str, Any]) -> tuple[list[str], list[str], dict[tu
             grouped[(tag, cell["adapter"])].append(cell)
     classes = sorted({tag for t in tags.values() for tag in t})
     adapters = [a["name"] for a in results["adapters"]]
-    return classes, adapters, {key: agreement(cells) for key, cells in grouped.items()}
+    return classes, adapters, {
+        key: (*agreement(cells), sum(c["outcome"] == "impl-defined" for c in cells)) for key, cells in grouped.items()
+    }
 
 
 def _rate_colour(agree: int, judged: int) -> str:
@@ -58,10 +61,11 @@ def matrix_svg(results: dict[str, Any]) -> str:
         y = row * (i + 1)
         out.append(f'<text x="{label - 6}" y="{y + 13}" text-anchor="end">{html.escape(tag)}</text>')
         for j, adapter in enumerate(adapters):
-            agree, judged = rates.get((tag, adapter), (0, 0))
-            text = f"{agree}/{judged}" if judged else "n/a"
+            agree, judged, open_cells = rates.get((tag, adapter), (0, 0, 0))
+            text = f"{agree}/{judged}" if judged else (f"{open_cells} i" if open_cells else "n/a")
+            fill = _rate_colour(agree, judged) if judged or not open_cells else _COLOURS["impl-defined"]
             x = label + j * col
-            out.append(f'<rect x="{x}" y="{y}" width="{col - 2}" height="{row - 2}" fill="{_rate_colour(agree, judged)}"/>')
+            out.append(f'<rect x="{x}" y="{y}" width="{col - 2}" height="{row - 2}" fill="{fill}"/>')
             out.append(f'<text x="{x + col / 2}" y="{y + 12}" text-anchor="middle" fill="white">{text}</text>')
     out.append("</svg>")
     return "\n".join(out)
@@ -180,8 +184,12 @@ def html_page(results: dict[str, Any]) -> str:
     for adapter, mode, counts in summary_rows(results):
         agree, judged = counts["agree"], sum(counts[o] for o in JUDGED)
         rate = f"{100 * agree / judged:.1f}%" if judged else "n/a"
-        parts.append(f"<tr><td>{esc(adapter)}</td><td>{esc(mode)}</td>" + "".join(f"<td>{counts[o] or ''}</td>" for o in _COLOURS) + f"<td>{rate}</td></tr>")
-    parts.append("</table><h2>Taxonomy class × adapter (agreeing / judged cells)</h2>")
+        kind = "token-aligned" if mode in TOKEN_ALIGNED_MODES else "text-level"
+        parts.append(f"<tr><td>{esc(adapter)}</td><td>{esc(mode)} <small>({kind})</small></td>" + "".join(f"<td>{counts[o] or ''}</td>" for o in _COLOURS) + f"<td>{rate}</td></tr>")
+    parts.append("</table><p>Token-aligned modes (whole, stream-token, stream-burst) are what an engine sends. "
+                 "Text-level modes cut markers that an engine sends as single tokens: what a text replay or a "
+                 "re-chunking proxy sends; a failure there is real but unreachable through a token stream.</p>")
+    parts.append("<h2>Taxonomy class × adapter (agreeing / judged cells; <i>N i</i>: implementation-defined cells only)</h2>")
     parts.append(matrix_svg(results))
     vectors = result_vectors(results)
     parts.append(f"<h2>Disagreements, grouped by identical result vectors ({len(vectors)} groups)</h2>")
