@@ -1,0 +1,290 @@
+"""``k2conform minimize``: shrink a disagreeing input to a small, ready-to-commit corpus case.
+
+Given a disagreement (a case file, e.g. one the differential fuzzer saved in
+``fuzz/findings/``, a JSON payload ``{"model_output", "tools"?, "thinking"?, "deltas"?}``, or
+a raw fuzz input) and its delivery mode, it keeps the *signature* (which adapters disagree
+with the reference, and how: :mod:`k2conform.fuzzing.signature`) fixed and shrinks, in
+rounds until nothing changes:
+
+1. the request: each declared tool, then thinking;
+2. the text by delta debugging over marker tokens (markers whole, text runs between them);
+3. the text over single characters, markers still whole, then over every character;
+4. the chunk boundaries of a text-level delivery (``stream-char``, ``stream-random``,
+   ``stream-marker-split``, recorded deltas): each cut removed while the signature holds.
+
+Then it writes ``corpus/findings/<id>.json``: the expectation is the reference's result, the
+verdict follows the reference policies that fired (``i_`` when the spec does not decide,
+else ``n_``/``y_``), and the description and source record the signature, the delivery and
+every adapter's observed result.  A text-level case keeps its deltas, so the matrix replays
+them as ``stream-recorded``.  Everything is deterministic: the same input gives the same case.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from k2conform import markers as mk
+from k2conform.model import Request
+
+_MARKERS = tuple(sorted(set(mk.LEAK_MARKERS + (mk.THINK_BEGIN, mk.THINK_END, mk.IM_END)), key=len, reverse=True))
+_MARKER_RE = re.compile("|".join(re.escape(m) for m in _MARKERS))
+
+
+@dataclass(frozen=True)
+class Candidate:
+    request: Request
+    text: str
+    cuts: tuple[int, ...] | None  # None: a token-aligned mode, boundaries come from the tokenizer
+
+
+def segments(text: str, split_text: bool, split_markers: bool) -> list[tuple[int, int]]:
+    """Units to delete: markers (whole unless ``split_markers``), text runs or characters."""
+    units, position = [], 0
+    for m in _MARKER_RE.finditer(text):
+        if m.start() > position:
+            units.extend(_run(position, m.start(), split_text))
+        units.extend(_run(m.start(), m.end(), split_markers) if split_markers else [(m.start(), m.end())])
+        position = m.end()
+    if position < len(text):
+        units.extend(_run(position, len(text), split_text))
+    return units
+
+
+def _run(a: int, b: int, per_char: bool) -> list[tuple[int, int]]:
+    return [(i, i + 1) for i in range(a, b)] if per_char else [(a, b)]
+
+
+def remove(candidate: Candidate, ranges: Sequence[tuple[int, int]]) -> Candidate:
+    """Delete character ranges; cuts move with the text (a cut inside a deleted range goes)."""
+    text = candidate.text
+    gone = sorted(ranges)
+    kept, position = [], 0
+    for a, b in gone:
+        kept.append(text[position:a])
+        position = max(position, b)
+    kept.append(text[position:])
+    new_text = "".join(kept)
+    cuts = None
+    if candidate.cuts is not None:
+        moved = set()
+        for c in candidate.cuts:
+            if any(a < c < b for a, b in gone):
+                continue
+            shift = sum(b - a for a, b in gone if b <= c)
+            moved.add(c - shift)
+        cuts = tuple(sorted(c for c in moved if 0 < c < len(new_text)))
+    return Candidate(candidate.request, new_text, cuts)
+
+
+def ddmin(candidate: Candidate, units_of: Callable[[Candidate], list[tuple[int, int]]],
+          holds: Callable[[Candidate], bool]) -> Candidate:
+    """Delete chunks of units (halving the chunk size) while ``holds``; deterministic."""
+    units = units_of(candidate)
+    chunk = max(1, len(units) // 2)
+    while True:
+        i = 0
+        while i < len(units):
+            trial = remove(candidate, units[i : i + chunk])
+            if trial.text != candidate.text and holds(trial):
+                candidate = trial
+                units = units_of(candidate)
+            else:
+                i += chunk
+        if chunk == 1:
+            return candidate
+        chunk = max(1, chunk // 2)
+
+
+def shrink_cuts(candidate: Candidate, holds: Callable[[Candidate], bool]) -> Candidate:
+    if not candidate.cuts:
+        return candidate
+    cuts = list(candidate.cuts)
+    chunk = max(1, len(cuts) // 2)
+    while True:
+        i = 0
+        while i < len(cuts):
+            trial = replace(candidate, cuts=tuple(cuts[:i] + cuts[i + chunk :]))
+            if holds(trial):
+                candidate, cuts = trial, cuts[:i] + cuts[i + chunk :]
+            else:
+                i += chunk
+        if chunk == 1:
+            return candidate
+        chunk = max(1, chunk // 2)
+
+
+def shrink_request(candidate: Candidate, holds: Callable[[Candidate], bool]) -> Candidate:
+    tools = list(candidate.request.tools)
+    i = 0
+    while i < len(tools) and len(tools) > 1:
+        trial = replace(candidate, request=replace(candidate.request, tools=tuple(tools[:i] + tools[i + 1 :])))
+        if holds(trial):
+            candidate, tools = trial, tools[:i] + tools[i + 1 :]
+        else:
+            i += 1
+    if candidate.request.thinking:
+        trial = replace(candidate, request=replace(candidate.request, thinking=False))
+        if holds(trial):
+            candidate = trial
+    return candidate
+
+
+class Minimizer:
+    """Shrinks while ``engine.observe`` gives the same signature; counts the parses it ran."""
+
+    def __init__(self, engine: Any, mode: str, target_signature: str) -> None:
+        self.engine = engine
+        self.mode = mode
+        self.signature = target_signature
+        self.cache: dict[tuple, bool] = {}
+        self.tests = 0
+
+    def observe(self, candidate: Candidate) -> Any:
+        mode = "stream-split" if candidate.cuts is not None else self.mode
+        return self.engine.observe(candidate.request, candidate.text, mode, candidate.cuts)
+
+    def holds(self, candidate: Candidate) -> bool:
+        key = (json.dumps(candidate.request.to_json(), sort_keys=True), candidate.text, candidate.cuts)
+        if key not in self.cache:
+            self.tests += 1
+            self.cache[key] = self.observe(candidate).signature == self.signature
+        return self.cache[key]
+
+    def run(self, candidate: Candidate, rounds: int = 4) -> Candidate:
+        for _ in range(rounds):
+            before = candidate
+            candidate = shrink_request(candidate, self.holds)
+            candidate = ddmin(candidate, lambda c: segments(c.text, False, False), self.holds)
+            candidate = ddmin(candidate, lambda c: segments(c.text, True, False), self.holds)
+            candidate = ddmin(candidate, lambda c: segments(c.text, True, True), self.holds)
+            candidate = shrink_cuts(candidate, self.holds)
+            if candidate == before:
+                break
+        return candidate
+
+
+# -- input ------------------------------------------------------------------------------------
+
+
+def read_input(path: Path) -> tuple[Request, str, tuple[str, ...] | None, str | None]:
+    """(request, model output, recorded deltas, delivery named by the input) from a case file,
+    a JSON payload or a raw fuzz input."""
+    from k2conform.cli import UsageError
+
+    try:
+        raw = path.read_bytes()
+    except OSError as error:
+        raise UsageError(f"cannot read {path}: {error}") from None
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        data = None
+    if not isinstance(data, dict):  # a raw fuzz input (libFuzzer's corpus or crash file)
+        from k2conform.delivery import cut
+        from k2conform.fuzzing.envelope import decode
+
+        fuzz = decode(raw)
+        pieces = tuple(d.text for d in cut(fuzz.text, fuzz.split_points())) if fuzz.cuts is not None else None
+        return fuzz.request(), fuzz.text, pieces, "stream-split" if pieces else None
+    if data.get("kind") == "completion":
+        from k2conform.corpus import case_from_json
+
+        case = case_from_json(data)
+        delivery = (case.generator or {}).get("delivery")
+        return case.request, case.model_output, case.deltas, delivery
+    if "model_output" not in data and "deltas" not in data:
+        raise UsageError(f"{path}: neither a case file nor a payload with 'model_output'")
+    deltas = tuple(data["deltas"]) if data.get("deltas") is not None else None
+    text = data.get("model_output") if data.get("model_output") is not None else "".join(deltas or ())
+    request = Request(tools=tuple(data.get("tools") or ()), tool_choice=data.get("tool_choice", "auto"),
+                      thinking=bool(data.get("thinking", False)))
+    return request, text, deltas, data.get("delivery")
+
+
+def _cuts_of(pieces: Sequence[str]) -> tuple[int, ...]:
+    cuts, position = [], 0
+    for piece in pieces[:-1]:
+        position += len(piece)
+        cuts.append(position)
+    return tuple(cuts)
+
+
+def minimize_input(engine: Any, request: Request, text: str, mode: str,
+                   deltas: Sequence[str] | None = None, target_signature: str | None = None) -> tuple[Any, Candidate, Candidate, Minimizer]:
+    """(final observation, starting candidate, minimised candidate, minimiser)."""
+    from k2conform.fuzzing.engine import TEXT_LEVEL
+
+    if mode in TEXT_LEVEL:
+        if deltas is None or mode not in ("stream-recorded", "stream-split"):
+            first = engine.observe(request, text, mode)
+            deltas = first.deltas
+        start = Candidate(request, text, _cuts_of(deltas or (text,)))
+    else:
+        start = Candidate(request, text, None)
+    probe = Minimizer(engine, mode, "")
+    signature = target_signature or probe.observe(start).signature
+    if not signature:
+        return None, start, start, probe
+    minimizer = Minimizer(engine, mode, signature)
+    if not minimizer.holds(start):
+        return None, start, start, minimizer
+    small = minimizer.run(start)
+    observation = minimizer.observe(small)
+    observation.mode = mode
+    return observation, start, small, minimizer
+
+
+def add_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser("minimize", help="shrink a disagreeing input and write it as a corpus case")
+    p.description = __doc__.split("\n\n")[1].replace("\n", " ")
+    p.add_argument("input", type=Path, help="a case file, a JSON payload or a raw fuzz input")
+    p.add_argument("--delivery", help="delivery mode (default: the one the input names, else whole; "
+                   "stream-recorded replays the input's deltas)")
+    p.add_argument("--adapter", action="append", help="adapter under test (repeatable; default: all available)")
+    p.add_argument("--signature", help="the signature to keep (default: the input's own)")
+    p.add_argument("--out", type=Path, help="directory for the case (default: corpus/findings)")
+    p.add_argument("--target", default="differential", help=argparse.SUPPRESS)
+    p.add_argument("--dry-run", action="store_true", help="print the case instead of writing it")
+    p.set_defaults(handler=cmd_minimize)
+
+
+def cmd_minimize(args: argparse.Namespace) -> int:
+    import logging
+    import warnings
+
+    from k2conform.cli import UsageError
+    from k2conform.corpus import default_corpus_dir
+    from k2conform.fuzzing.engine import FUZZ_MODES, Engine, finding_case, write_case_file
+    from k2conform.model import dumps_canonical
+
+    request, text, deltas, named = read_input(args.input)
+    mode = args.delivery or named or ("stream-recorded" if deltas is not None else "whole")
+    if mode not in FUZZ_MODES + ("stream-recorded",):
+        raise UsageError(f"unknown delivery mode {mode!r}")
+    if mode == "stream-recorded" and deltas is None:
+        raise UsageError("--delivery stream-recorded needs deltas in the input")
+    logging.disable(logging.CRITICAL)
+    warnings.simplefilter("ignore")
+    engine = Engine(args.adapter)
+    observation, start, small, minimizer = minimize_input(engine, request, text, mode, deltas, args.signature)
+    if observation is None:
+        print(f"k2conform minimize: no disagreement{' with signature ' + args.signature if args.signature else ''} "
+              f"in {mode} for {args.input}", file=sys.stderr)
+        return 1
+    case = finding_case(small.request, small.text, observation, args.target, minimised=True)
+    print(f"signature {observation.signature} in {mode}: {len(start.text)} -> {len(small.text)} characters, "
+          f"{len(start.cuts or ()) + 1 if start.cuts is not None else '-'} -> "
+          f"{len(small.cuts or ()) + 1 if small.cuts is not None else '-'} deltas, "
+          f"{len(start.request.tools)} -> {len(small.request.tools)} tools, {minimizer.tests} tests")
+    if args.dry_run:
+        sys.stdout.write(dumps_canonical(case.to_json()))
+        return 0
+    out = args.out or default_corpus_dir() / "findings"
+    print(f"wrote {write_case_file(case, out)}")
+    return 0
