@@ -1,0 +1,356 @@
+"""Checks of a live Kimi K2 engine, collected by the k2conform pytest plugin (``--k2-engine-url``).
+
+Every failure message starts with ``[k2 check NAME]``, NAME one of ``CHECKS``, then the
+probe and what was seen.  Requests go through the official ``openai`` client at
+temperature 0 with a fixed seed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import urllib.error
+import urllib.request
+from typing import Any, Mapping
+
+import pytest
+
+from k2conform.compare import json_equal, strict_json
+from k2conform.corpus import ProbeCase, load_corpus
+from k2conform.markers import LEAK_MARKERS
+from k2conform.model import StreamEvent, ToolCallDelta
+from k2conform.pytest_plugin import SUMMARY_KEY, EngineSummary
+from k2conform.stream import assemble
+
+CHECKS = {
+    "prompt": "the chat renders to the golden prompt stream (server's /tokenize + /detokenize)",
+    "declared-tool": "every returned call names a declared tool",
+    "named-choice": "a named tool_choice is the tool called",
+    "arguments-json": "arguments parse as JSON",
+    "arguments-schema": "arguments validate against the tool's JSON schema",
+    "finish-reason": "finish_reason is tool_calls when calls are returned",
+    "content-markers": "content carries no marker bytes",
+    "trigger": "calls are returned when the probe requires them and not when it forbids them",
+    "id-format": "ids are the model's functions.NAME:IDX (what Kimi K2 reads back in history)",
+    "id-round-trip": "ids are unique and the next turn, carrying them, is accepted and rendered",
+    "sse-invariants": "id and name once per index, contiguous indexes, no markers in content deltas",
+    "stream-vs-whole": "streaming and non-streaming return the same calls and finish_reason",
+    "summary": "schema accuracy and trigger agreement reach the thresholds",
+}
+_KIMI_ID = re.compile(r"^functions\.(?P<name>.+):(?P<index>\d+)$")
+_CORPUS = load_corpus(os.environ.get("K2CONFORM_PLUGIN_CORPUS") or None)
+
+
+def _config_corpus(config: pytest.Config) -> Any:
+    root = config.getoption("k2_corpus")
+    return load_corpus(root) if root else _CORPUS
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    corpus = _config_corpus(metafunc.config)
+    if "prompt_case" in metafunc.fixturenames:
+        metafunc.parametrize("prompt_case", corpus.prompts, ids=[c.id for c in corpus.prompts])
+    if "probe" in metafunc.fixturenames:
+        probes = corpus.probes
+        if metafunc.function.__name__ == "test_probe_follow_up":
+            probes = [p for p in probes if p.follow_up is not None]
+        metafunc.parametrize("probe", probes, ids=[p.id for p in probes])
+
+
+# --- fixtures ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def engine(pytestconfig: pytest.Config) -> dict[str, Any]:
+    var = pytestconfig.getoption("k2_api_key_env")
+    return {
+        "url": pytestconfig.getoption("k2_engine_url").rstrip("/"),
+        "model": pytestconfig.getoption("k2_model"),
+        "key_var": var,
+        "seed": pytestconfig.getoption("k2_seed"),
+        "timeout": pytestconfig.getoption("k2_timeout"),
+    }
+
+
+@pytest.fixture(scope="session")
+def client(engine: dict[str, Any]) -> Any:
+    import openai
+
+    var = engine["key_var"]
+    return openai.OpenAI(base_url=engine["url"], api_key=os.environ[var] if var else "EMPTY",
+                         timeout=engine["timeout"], max_retries=0)
+
+
+@pytest.fixture(scope="session")
+def summary(pytestconfig: pytest.Config) -> EngineSummary:
+    return pytestconfig.stash[SUMMARY_KEY]
+
+
+@pytest.fixture(scope="session")
+def replies() -> dict[tuple[str, str], Any]:
+    """Each probe's answers, asked once per session and shared by the checks."""
+    return {}
+
+
+class Checker:
+    """Collects every failed check of one test; ``done()`` fails the test naming them all."""
+
+    def __init__(self, probe_id: str, summary: EngineSummary) -> None:
+        self.probe_id = probe_id
+        self.summary = summary
+        self.failures: list[str] = []
+
+    def __call__(self, name: str, ok: bool, message: str) -> None:
+        assert name in CHECKS
+        if not ok:
+            self.summary.failed_checks[name] = self.summary.failed_checks.get(name, 0) + 1
+            self.failures.append(f"[k2 check {name}] {self.probe_id}: {message}")
+
+    def done(self) -> None:
+        if self.failures:
+            pytest.fail("\n".join(self.failures), pytrace=False)
+
+
+# --- helpers ------------------------------------------------------------------------------------
+
+
+def _root(url: str) -> str:
+    return url[:-3] if url.endswith("/v1") else url
+
+
+def _post_raw(engine: dict[str, Any], path: str, body: Mapping[str, Any]) -> Any:
+    """POST to the server root (vLLM's /tokenize is not under /v1); None on 404/405."""
+    headers = {"Content-Type": "application/json"}
+    if engine["key_var"]:
+        headers["Authorization"] = "Bearer " + os.environ[engine["key_var"]]
+    request = urllib.request.Request(_root(engine["url"]) + path, data=json.dumps(body).encode(), headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=engine["timeout"]) as response:  # noqa: S310 - user's URL
+            return json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        if error.code in (404, 405):
+            return None
+        raise AssertionError(f"{path} answered HTTP {error.code}") from None
+
+
+def _render(engine: dict[str, Any], messages: Any, tools: Any) -> str | None:
+    """The server's rendering of a conversation, or None when it cannot render one."""
+    body = {"model": engine["model"], "messages": list(messages), "add_generation_prompt": True}
+    if tools:
+        body["tools"] = list(tools)
+    tokenized = _post_raw(engine, "/tokenize", body)
+    if tokenized is None or "tokens" not in tokenized:
+        return None
+    detokenized = _post_raw(engine, "/detokenize", {"model": engine["model"], "tokens": tokenized["tokens"]})
+    if detokenized is None:
+        return None
+    return detokenized["prompt"]
+
+
+def _kwargs(engine: dict[str, Any], probe: ProbeCase, messages: Any) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {"model": engine["model"], "messages": list(messages), "temperature": 0,
+                              "seed": engine["seed"], "tools": list(probe.tools), "tool_choice": probe.tool_choice}
+    return kwargs
+
+
+def _ask_whole(client: Any, engine: dict[str, Any], probe: ProbeCase, messages: Any) -> dict[str, Any]:
+    response = client.chat.completions.create(**_kwargs(engine, probe, messages))
+    choice = response.choices[0]
+    message = choice.message
+    calls = [{"id": tc.id, "name": tc.function.name, "arguments": tc.function.arguments}
+             for tc in (message.tool_calls or [])]
+    return {"content": message.content, "calls": calls, "finish_reason": choice.finish_reason}
+
+
+def _ask_stream(client: Any, engine: dict[str, Any], probe: ProbeCase, messages: Any) -> dict[str, Any]:
+    events, finish = [], None
+    for chunk in client.chat.completions.create(stream=True, **_kwargs(engine, probe, messages)):
+        if not chunk.choices:
+            continue
+        choice = chunk.choices[0]
+        if choice.finish_reason is not None:
+            finish = choice.finish_reason
+        delta = choice.delta
+        if delta is None:
+            continue
+        calls = tuple(
+            ToolCallDelta(index=tc.index, id=tc.id, name=tc.function.name if tc.function else None,
+                          arguments=tc.function.arguments if tc.function else None)
+            for tc in (delta.tool_calls or ())
+        )
+        reasoning = getattr(delta, "reasoning_content", None) or getattr(delta, "reasoning", None)
+        events.append(StreamEvent(content=delta.content, reasoning=reasoning, tool_calls=calls))
+    assembled = assemble(events)
+    calls = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in assembled.result.tool_calls]
+    return {"content": assembled.result.content, "calls": calls, "finish_reason": finish,
+            "violations": list(assembled.violations)}
+
+
+def _reply(replies: dict, key: tuple[str, str], ask: Any) -> dict[str, Any]:
+    if key not in replies:
+        try:
+            replies[key] = ask()
+        except Exception as error:  # noqa: BLE001 - recorded once, reported by every check that needs it
+            replies[key] = {"error": f"{type(error).__name__}: {_scrub(str(error))}"}
+    reply = replies[key]
+    if "error" in reply:
+        pytest.fail(f"[k2 check request] {key[0]}: the engine failed the {key[1]} request: {reply['error']}", pytrace=False)
+    return reply
+
+
+def _scrub(text: str) -> str:
+    """Never let an API key that a server echoes back reach a report."""
+    for var, value in os.environ.items():
+        if value and len(value) >= 8 and "KEY" in var.upper() and value in text:
+            text = text.replace(value, "***")
+    return text
+
+
+def _check_calls(check: Checker, probe: ProbeCase, reply: dict[str, Any], summary: EngineSummary | None) -> None:
+    """The per-call checks shared by the whole and streamed answers."""
+    tools = {t["function"]["name"]: t["function"] for t in probe.tools}
+    content = reply["content"] or ""
+    leaked = [m for m in LEAK_MARKERS if m in content]
+    check("content-markers", not leaked, f"content carries marker bytes {leaked}: {content[:160]!r}")
+    calls = reply["calls"]
+    if calls:
+        check("finish-reason", reply["finish_reason"] == "tool_calls",
+              f"finish_reason is {reply['finish_reason']!r} but {len(calls)} tool call(s) were returned")
+    for n, call in enumerate(calls):
+        check("declared-tool", call["name"] in tools,
+              f"call {n} names {call['name']!r}, not a declared tool ({', '.join(tools)})")
+        if isinstance(probe.tool_choice, dict):
+            named = probe.tool_choice["function"]["name"]
+            check("named-choice", call["name"] == named, f"call {n} is {call['name']!r}, the named tool_choice is {named!r}")
+        ok, value = strict_json(call["arguments"] or "")
+        if summary is not None:
+            summary.calls += 1
+        check("arguments-json", ok, f"call {n} ({call['name']}) arguments are not JSON: {call['arguments']!r}")
+        schema = tools[call["name"]].get("parameters") or {}
+        error = _schema_error(value, schema)
+        if summary is not None and error is None:
+            summary.schema_valid += 1
+        check("arguments-schema", error is None, f"call {n} ({call['name']}) arguments {call['arguments']!r}: {error}")
+
+
+def _schema_error(value: Any, schema: Mapping[str, Any]) -> str | None:
+    import jsonschema
+
+    try:
+        jsonschema.validate(value, schema)
+    except jsonschema.ValidationError as error:
+        return error.message
+    return None
+
+
+def _check_ids(check: Checker, reply: dict[str, Any]) -> None:
+    for n, call in enumerate(reply["calls"]):
+        match = _KIMI_ID.match(call["id"] or "")
+        check("id-format", match is not None and match["name"] == call["name"],
+              f"call {n} ({call['name']}) has id {call['id']!r}, not functions.{call['name']}:IDX")
+
+
+def _check_trigger(check: Checker, expect: Mapping[str, Any], calls: list, summary: EngineSummary | None) -> None:
+    wanted = expect["calls"]
+    if wanted == "any":
+        return
+    agree = bool(calls) if wanted == "required" else not calls
+    agree = agree and len(calls) >= expect.get("min_calls", 0)
+    if summary is not None:
+        summary.trigger_total += 1
+        summary.trigger_agree += agree
+    names = [c["name"] for c in calls]
+    allowed = expect.get("names")
+    check("trigger", agree, f"expected calls: {wanted} (at least {expect.get('min_calls', 0)}), got {len(calls)} {names}")
+    if allowed:
+        stray = [n for n in names if n not in allowed]
+        check("trigger", not stray, f"calls {stray} where the probe expects {allowed}")
+
+
+# --- the checks ----------------------------------------------------------------------------------
+
+
+def test_prompt_conformance(engine, prompt_case):
+    """The server renders each golden conversation to the golden prompt stream."""
+    rendered = _render(engine, prompt_case.messages, prompt_case.tools)
+    if rendered is None:
+        pytest.skip("the server cannot render a chat: no /tokenize with messages (vLLM's) endpoint")
+    if prompt_case.add_generation_prompt is False:
+        pytest.skip("/tokenize renders with the generation prompt; this golden stream has none")
+    assert rendered == prompt_case.expected_prompt, (
+        f"[k2 check prompt] {prompt_case.id}: the server's rendering differs from the golden prompt stream\n"
+        f"  expected: {prompt_case.expected_prompt!r}\n  rendered: {rendered!r}"
+    )
+
+
+def test_probe_whole(engine, client, probe, replies, summary):
+    reply = _reply(replies, (probe.id, "whole"), lambda: _ask_whole(client, engine, probe, probe.messages))
+    summary.count_finish(reply["finish_reason"])
+    check = Checker(probe.id, summary)
+    _check_trigger(check, probe.expect, reply["calls"], summary)
+    _check_calls(check, probe, reply, summary)
+    _check_ids(check, reply)
+    check.done()
+
+
+def test_probe_stream(engine, client, probe, replies, summary):
+    reply = _reply(replies, (probe.id, "stream"), lambda: _ask_stream(client, engine, probe, probe.messages))
+    check = Checker(probe.id, summary)
+    check("sse-invariants", not reply["violations"], "; ".join(reply["violations"]))
+    _check_calls(check, probe, reply, None)
+    whole = _reply(replies, (probe.id, "whole"), lambda: _ask_whole(client, engine, probe, probe.messages))
+    w = [(c["name"], c["arguments"]) for c in whole["calls"]]
+    s = [(c["name"], c["arguments"]) for c in reply["calls"]]
+    same = len(w) == len(s) and all(
+        wn == sn and (json_equal(strict_json(wa)[1], strict_json(sa)[1]) if strict_json(wa)[0] and strict_json(sa)[0] else wa == sa)
+        for (wn, wa), (sn, sa) in zip(w, s)
+    )
+    check("stream-vs-whole", same, f"non-streaming calls {w} but streaming calls {s} (temperature 0, seed {engine['seed']})")
+    check("stream-vs-whole", whole["finish_reason"] == reply["finish_reason"],
+          f"finish_reason {whole['finish_reason']!r} non-streaming, {reply['finish_reason']!r} streaming")
+    check("stream-vs-whole", [c["id"] for c in whole["calls"]] == [c["id"] for c in reply["calls"]],
+          f"ids {[c['id'] for c in whole['calls']]} non-streaming, {[c['id'] for c in reply['calls']]} streaming")
+    check.done()
+
+
+def test_probe_follow_up(engine, client, probe, replies, summary):
+    """Send the tool results back under the returned ids; the next turn must accept them."""
+    first = _reply(replies, (probe.id, "whole"), lambda: _ask_whole(client, engine, probe, probe.messages))
+    check = Checker(probe.id, summary)
+    ids = [c["id"] for c in first["calls"]]
+    check("id-round-trip", bool(ids) and all(ids) and len(set(ids)) == len(ids), f"ids {ids} are missing or not unique")
+    assistant = {"role": "assistant", "content": first["content"] or "", "tool_calls": [
+        {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
+        for c in first["calls"]]}
+    results = probe.follow_up["tool_results"]
+    tool_messages = [{"role": "tool", "tool_call_id": c["id"], "name": c["name"],
+                      "content": results.get(c["name"], "{}")} for c in first["calls"]]
+    messages = [*probe.messages, assistant, *tool_messages]
+    try:
+        second = _ask_whole(client, engine, probe, messages)
+    except Exception as error:  # noqa: BLE001
+        check("id-round-trip", False, f"the turn carrying ids {ids} was refused: {type(error).__name__}: {_scrub(str(error))}")
+        check.done()
+        return
+    rendered = _render(engine, messages, probe.tools)
+    if rendered is not None:
+        missing = [i for i in ids if i not in rendered]
+        check("id-round-trip", not missing, f"ids {missing} do not reach the rendered prompt of the next turn")
+    _check_trigger(check, probe.follow_up["expect"], second["calls"], summary)
+    _check_calls(check, probe, second, None)
+    check.done()
+
+
+def test_summary_thresholds(pytestconfig, summary):
+    """Last: the release gate on K2-Vendor-Verifier's numbers."""
+    accuracy, agreement = summary.schema_accuracy, summary.trigger_agreement
+    min_accuracy = pytestconfig.getoption("k2_min_schema_accuracy")
+    min_agreement = pytestconfig.getoption("k2_min_trigger_agreement")
+    problems = []
+    if accuracy is not None and accuracy < min_accuracy:
+        problems.append(f"schema accuracy {accuracy:.3f} < {min_accuracy} ({summary.schema_valid}/{summary.calls})")
+    if agreement is not None and agreement < min_agreement:
+        problems.append(f"trigger agreement {agreement:.3f} < {min_agreement} ({summary.trigger_agree}/{summary.trigger_total})")
+    if problems:
+        pytest.fail("[k2 check summary] " + "; ".join(problems), pytrace=False)

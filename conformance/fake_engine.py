@@ -1,0 +1,339 @@
+"""A Kimi K2 "engine" for CI: a real HTTP server on loopback that generates the corpus's
+probe replays and parses them with an adapter, so the engine plugin can be proven without
+a GPU (``k2conform serve-fake-engine``; why not vLLM's own serving class: /work notes and
+docs/engine-plugin.md).
+
+It speaks the parts of the OpenAI API the plugin uses, the way vLLM frames them:
+``POST /v1/chat/completions`` (JSON, or SSE ``data:`` lines ending with ``data: [DONE]``
+when ``stream`` is true), ``GET /v1/models``, and vLLM's ``POST /tokenize`` (messages and
+tools rendered by the reference renderer, tokenised by the stand-in Kimi tokenizer) and
+``POST /detokenize``.  The model output of a request is the probe's ``replay`` for the
+turn the conversation is at; it is parsed by the adapter (``reference`` by default) in
+``whole`` or ``stream-token`` delivery, exactly as the conformance matrix does.
+
+Deliberately broken behaviours, switchable per server (``FAULTS``), prove that the plugin
+catches each one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Iterable, Mapping, Sequence
+
+from k2conform import delivery as dl
+from k2conform import markers as mk
+from k2conform.corpus import ProbeCase, load_corpus
+from k2conform.harness import execute
+from k2conform.model import Request, Result, StreamEvent, ToolCall
+
+FAULTS: dict[str, str] = {
+    "markers-in-content": "the raw tool-call section (marker bytes) is sent as content",
+    "finish-stop-with-calls": "finish_reason is 'stop' although tool calls are returned",
+    "arguments-not-json": "every call's arguments lose their last character (not JSON)",
+    "renamed-id": "every call id is renamed (call_<n>) instead of the model's functions.NAME:IDX",
+    "no-tokenize": "the server has no /tokenize endpoint (404)",
+}
+
+
+class FakeEngine:
+    """The engine's logic (no HTTP): probe look-up, generation, parsing, faults."""
+
+    def __init__(self, probes: Sequence[ProbeCase] | None = None, faults: Iterable[str] = (),
+                 adapter: str = "reference", model: str = "kimi-k2-fake", api_key: str | None = None) -> None:
+        from k2conform.registry import create_adapter, load
+        from k2conform.tokenizer import load_tokenizer
+
+        unknown = set(faults) - set(FAULTS)
+        if unknown:
+            raise ValueError(f"unknown fault(s) {sorted(unknown)} (known: {', '.join(FAULTS)})")
+        self.probes = list(probes if probes is not None else load_corpus().probes)
+        self.faults = frozenset(faults)
+        self.model = model
+        self.api_key = api_key
+        self.tokenizer = load_tokenizer()
+        self.adapter = create_adapter(adapter)
+        availability = load(self.adapter)
+        if availability.status != "ok":
+            raise RuntimeError(f"adapter {adapter}: {availability.status} {availability.reason}")
+        self.lock = threading.Lock()  # adapters are not meant to be shared between threads
+        self.requests = 0
+
+    # --- generation -----------------------------------------------------------------------
+
+    def model_output(self, messages: Sequence[Mapping[str, Any]]) -> str:
+        """The probe replay for this conversation's turn (the turn = assistant messages after the probe's own)."""
+        for probe in self.probes:
+            n = len(probe.messages)
+            if len(messages) >= n and all(_same(a, b) for a, b in zip(messages[:n], probe.messages)):
+                turn = sum(1 for m in messages[n:] if m.get("role") == "assistant")
+                if turn < len(probe.replay):
+                    return probe.replay[turn]
+        return "I have no scripted answer for this conversation."
+
+    def complete(self, body: Mapping[str, Any]) -> tuple[Result, str]:
+        """The parsed result of one request (whole), and the raw model output."""
+        text = self.model_output(body.get("messages") or [])
+        request = _request(body)
+        if request.tool_choice == "none" or not request.tools:
+            return Result(content=text), text
+        delivery = dl.deliveries(text, "whole", self.tokenizer)[0]
+        with self.lock:
+            return execute(self.adapter, request, delivery), text
+
+    def stream(self, body: Mapping[str, Any]) -> tuple[list[StreamEvent], str]:
+        text = self.model_output(body.get("messages") or [])
+        request = _request(body)
+        if request.tool_choice == "none" or not request.tools:
+            return [StreamEvent(content=d.text) for d in dl.deliveries(text, "stream-token", self.tokenizer)[0].deltas
+                    if d.text], text
+        deltas = dl.deliveries(text, "stream-token", self.tokenizer)[0].deltas
+        with self.lock:
+            try:
+                return list(self.adapter.parse_stream(request, deltas)), text
+            except Exception as error:  # noqa: BLE001 - a parser crash is a 500, as on a real server
+                raise EngineError(500, f"parser failed: {error}") from error
+
+    # --- the OpenAI shapes, with faults ------------------------------------------------------
+
+    def _fault_calls(self, calls: Sequence[ToolCall]) -> list[ToolCall]:
+        out = []
+        for n, call in enumerate(calls):
+            arguments = call.arguments[:-1] if "arguments-not-json" in self.faults else call.arguments
+            call_id = f"call_{n}" if "renamed-id" in self.faults else call.id
+            out.append(ToolCall(call.name, arguments, call_id))
+        return out
+
+    def _finish(self, has_calls: bool) -> str:
+        return "tool_calls" if has_calls and "finish-stop-with-calls" not in self.faults else "stop"
+
+    def chat_response(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        result, text = self.complete(body)
+        if result.outcome != "ok":
+            raise EngineError(500, f"parser failed: {result.error}")
+        calls = self._fault_calls(result.tool_calls)
+        content = result.content
+        if "markers-in-content" in self.faults and calls:
+            content = (content or "") + text[text.find(mk.SECTION_BEGIN):]
+        message: dict[str, Any] = {"role": "assistant", "content": content, "reasoning_content": result.reasoning}
+        if calls:
+            message["tool_calls"] = [
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in calls
+            ]
+        return {
+            "id": f"chatcmpl-{self._next()}", "object": "chat.completion", "created": int(time.time()),
+            "model": self.model,
+            "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": self._finish(bool(calls))}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": len(text), "total_tokens": len(text) + 1},
+        }
+
+    def chat_chunks(self, body: Mapping[str, Any]) -> Iterable[dict[str, Any]]:
+        events, text = self.stream(body)
+        ident, created = f"chatcmpl-{self._next()}", int(time.time())
+
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+            return {"id": ident, "object": "chat.completion.chunk", "created": created, "model": self.model,
+                    "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+
+        yield chunk({"role": "assistant", "content": ""})
+        seen: dict[int, int] = {}
+        if "markers-in-content" in self.faults and any(e.tool_calls for e in events):
+            yield chunk({"content": text[text.find(mk.SECTION_BEGIN):]})
+        pending_cut: dict[int, bool] = {}
+        for event in events:
+            delta: dict[str, Any] = {}
+            if event.content is not None:
+                delta["content"] = event.content
+            if event.reasoning is not None:
+                delta["reasoning_content"] = event.reasoning
+            if event.tool_calls:
+                calls = []
+                for d in event.tool_calls:
+                    entry: dict[str, Any] = {"index": d.index}
+                    if d.id is not None:
+                        entry["id"] = f"call_{d.index}" if "renamed-id" in self.faults else d.id
+                        entry["type"] = "function"
+                    function: dict[str, Any] = {}
+                    if d.name is not None:
+                        function["name"] = d.name
+                    if d.arguments is not None:
+                        function["arguments"] = d.arguments
+                    if function:
+                        entry["function"] = function
+                    calls.append(entry)
+                    seen[d.index] = seen.get(d.index, 0) + 1
+                    pending_cut[d.index] = True
+                delta["tool_calls"] = calls
+            if delta:
+                yield chunk(delta)
+        finish = self._finish(bool(seen))
+        if "arguments-not-json" in self.faults and seen:
+            # a stray fragment after the arguments: the concatenation is no longer JSON
+            yield chunk({"tool_calls": [{"index": i, "function": {"arguments": "}"}} for i in sorted(seen)]})
+        yield chunk({}, finish)
+
+    def tokenize(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        from k2conform.render import render
+
+        if "messages" in body:
+            text = render(body["messages"], body.get("tools") or [], bool(body.get("add_generation_prompt", True)))
+        else:
+            text = body.get("prompt", "")
+        tokens = [i for i, _ in self.tokenizer.tokenize_spans(text)]
+        return {"count": len(tokens), "max_model_len": 131072, "tokens": tokens, "token_strs": None}
+
+    def detokenize(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        return {"prompt": self.tokenizer.decode(list(body.get("tokens") or []))}
+
+    def _next(self) -> int:
+        with self.lock:
+            self.requests += 1
+            return self.requests
+
+
+class EngineError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        self.status = status
+        super().__init__(message)
+
+
+def _same(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    return a.get("role") == b.get("role") and (a.get("content") or "") == (b.get("content") or "")
+
+
+def _request(body: Mapping[str, Any]) -> Request:
+    tools = tuple(body.get("tools") or ())
+    return Request(tools=tools, tool_choice=body.get("tool_choice") or ("auto" if tools else "none"),
+                   thinking=bool((body.get("chat_template_kwargs") or {}).get("thinking", False)))
+
+
+def _handler(engine: FakeEngine) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet server
+            pass
+
+        def _json(self, status: int, data: Any) -> None:
+            payload = json.dumps(data, ensure_ascii=False).encode("utf-8")
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def _error(self, status: int, message: str) -> None:
+            self._json(status, {"error": {"message": message, "type": "invalid_request_error", "code": status}})
+
+        def _authorised(self) -> bool:
+            if engine.api_key is None:
+                return True
+            if self.headers.get("Authorization") == f"Bearer {engine.api_key}":
+                return True
+            self._error(401, "invalid API key")
+            return False
+
+        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+            if not self._authorised():
+                return
+            if self.path.rstrip("/") == "/v1/models":
+                self._json(200, {"object": "list", "data": [{"id": engine.model, "object": "model", "owned_by": "k2conform"}]})
+            else:
+                self._error(404, f"no route {self.path}")
+
+        def do_POST(self) -> None:  # noqa: N802
+            if not self._authorised():
+                return
+            length = int(self.headers.get("Content-Length") or 0)
+            try:
+                body = json.loads(self.rfile.read(length) or b"{}")
+            except json.JSONDecodeError as error:
+                self._error(400, f"body is not JSON: {error}")
+                return
+            path = self.path.rstrip("/")
+            try:
+                if path == "/v1/chat/completions":
+                    if body.get("model") != engine.model:
+                        self._error(404, f"the model {body.get('model')!r} does not exist")
+                    elif body.get("stream"):
+                        self._sse(engine.chat_chunks(body))
+                    else:
+                        self._json(200, engine.chat_response(body))
+                elif path in ("/tokenize", "/detokenize") and "no-tokenize" not in engine.faults:
+                    self._json(200, engine.tokenize(body) if path == "/tokenize" else engine.detokenize(body))
+                else:
+                    self._error(404, f"no route {self.path}")
+            except EngineError as error:
+                self._error(error.status, str(error))
+
+        def _sse(self, chunks: Iterable[dict[str, Any]]) -> None:
+            chunks = list(chunks)  # errors before the first byte are a status code, as in vLLM
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Cache-Control", "no-cache")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for data in [json.dumps(c, ensure_ascii=False) for c in chunks] + ["[DONE]"]:
+                frame = f"data: {data}\n\n".encode("utf-8")
+                self.wfile.write(f"{len(frame):x}\r\n".encode() + frame + b"\r\n")
+            self.wfile.write(b"0\r\n\r\n")
+
+    return Handler
+
+
+class Server:
+    """The fake engine on loopback, in a background thread: ``with Server(...) as url:``."""
+
+    def __init__(self, engine: FakeEngine, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.engine = engine
+        self.httpd = ThreadingHTTPServer((host, port), _handler(engine))
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self.httpd.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def __enter__(self) -> str:
+        self.thread.start()
+        return self.url
+
+    def __exit__(self, *exc: Any) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def add_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser("serve-fake-engine", help="serve the probe replays as an OpenAI-compatible engine (CI)")
+    p.description = (
+        "A Kimi K2 engine without a GPU: generates each probe's replay, parses it with an adapter and "
+        "serves /v1/chat/completions (JSON and SSE), /v1/models, /tokenize and /detokenize on loopback. "
+        "Faults: " + "; ".join(f"{k}: {v}" for k, v in FAULTS.items())
+    )
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--model", default="kimi-k2-fake")
+    p.add_argument("--adapter", default="reference", help="the adapter whose parser serves the replies")
+    p.add_argument("--fault", action="append", default=[], choices=list(FAULTS), help="inject a broken behaviour (repeatable)")
+    p.add_argument("--api-key-env", help="require the key held by this environment variable")
+    p.set_defaults(handler=cmd_serve_fake_engine)
+
+
+def cmd_serve_fake_engine(args: argparse.Namespace) -> int:
+    import os
+
+    key = os.environ.get(args.api_key_env) if args.api_key_env else None
+    engine = FakeEngine(faults=args.fault, adapter=args.adapter, model=args.model, api_key=key)
+    server = Server(engine, args.host, args.port)
+    print(f"serving {args.model} on {server.url} (faults: {', '.join(args.fault) or 'none'})", flush=True)
+    try:
+        server.httpd.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.httpd.server_close()
+    return 0
