@@ -1,7 +1,7 @@
 """A Kimi K2 "engine" for CI: a real HTTP server on loopback that generates the corpus's
 probe replays and parses them with an adapter, so the engine plugin can be proven without
-a GPU (``k2conform serve-fake-engine``; why not vLLM's own serving class: /work notes and
-docs/engine-plugin.md).
+a GPU (``k2conform serve-fake-engine``).  vLLM's own OpenAIServingChat with a replaying
+engine client was not attempted: it needs a ModelConfig, a model directory and a renderer.
 
 It speaks the parts of the OpenAI API the plugin uses, the way vLLM frames them:
 ``POST /v1/chat/completions`` (JSON, or SSE ``data:`` lines ending with ``data: [DONE]``
