@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from k2conform import markers as mk
+from k2conform.fuzzing.signature import matches
 from k2conform.model import Request
 
 _MARKERS = tuple(sorted(set(mk.LEAK_MARKERS + (mk.THINK_BEGIN, mk.THINK_END, mk.IM_END)), key=len, reverse=True))
@@ -153,7 +154,7 @@ class Minimizer:
         key = (json.dumps(candidate.request.to_json(), sort_keys=True), candidate.text, candidate.cuts)
         if key not in self.cache:
             self.tests += 1
-            self.cache[key] = self.observe(candidate).signature == self.signature
+            self.cache[key] = matches(self.signature, self.observe(candidate).signature)
         return self.cache[key]
 
     def run(self, candidate: Candidate, rounds: int = 4) -> Candidate:
@@ -172,9 +173,9 @@ class Minimizer:
 # -- input ------------------------------------------------------------------------------------
 
 
-def read_input(path: Path) -> tuple[Request, str, tuple[str, ...] | None, str | None]:
-    """(request, model output, recorded deltas, delivery named by the input) from a case file,
-    a JSON payload or a raw fuzz input."""
+def read_input(path: Path) -> tuple[Request, str, tuple[str, ...] | None, str | None, str | None]:
+    """(request, model output, recorded deltas, delivery and signature named by the input) from
+    a case file, a JSON payload or a raw fuzz input."""
     from k2conform.cli import UsageError
 
     try:
@@ -191,20 +192,20 @@ def read_input(path: Path) -> tuple[Request, str, tuple[str, ...] | None, str | 
 
         fuzz = decode(raw)
         pieces = tuple(d.text for d in cut(fuzz.text, fuzz.split_points())) if fuzz.cuts is not None else None
-        return fuzz.request(), fuzz.text, pieces, "stream-split" if pieces else None
+        return fuzz.request(), fuzz.text, pieces, "stream-split" if pieces else None, None
     if data.get("kind") == "completion":
         from k2conform.corpus import case_from_json
 
         case = case_from_json(data)
-        delivery = (case.generator or {}).get("delivery")
-        return case.request, case.model_output, case.deltas, delivery
+        generator = case.generator or {}
+        return case.request, case.model_output, case.deltas, generator.get("delivery"), generator.get("signature")
     if "model_output" not in data and "deltas" not in data:
         raise UsageError(f"{path}: neither a case file nor a payload with 'model_output'")
     deltas = tuple(data["deltas"]) if data.get("deltas") is not None else None
     text = data.get("model_output") if data.get("model_output") is not None else "".join(deltas or ())
     request = Request(tools=tuple(data.get("tools") or ()), tool_choice=data.get("tool_choice", "auto"),
                       thinking=bool(data.get("thinking", False)))
-    return request, text, deltas, data.get("delivery")
+    return request, text, deltas, data.get("delivery"), data.get("signature")
 
 
 def _cuts_of(pieces: Sequence[str]) -> tuple[int, ...]:
@@ -247,7 +248,8 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--delivery", help="delivery mode (default: the one the input names, else whole; "
                    "stream-recorded replays the input's deltas)")
     p.add_argument("--adapter", action="append", help="adapter under test (repeatable; default: all available)")
-    p.add_argument("--signature", help="the signature to keep (default: the input's own)")
+    p.add_argument("--signature", help="the signature to keep, e.g. sglang:leaked-marker (default: the one the "
+                   "input names, else its own); adapters it does not name may change")
     p.add_argument("--out", type=Path, help="directory for the case (default: corpus/findings)")
     p.add_argument("--target", default="differential", help=argparse.SUPPRESS)
     p.add_argument("--dry-run", action="store_true", help="print the case instead of writing it")
@@ -263,7 +265,7 @@ def cmd_minimize(args: argparse.Namespace) -> int:
     from k2conform.fuzzing.engine import FUZZ_MODES, Engine, finding_case, write_case_file
     from k2conform.model import dumps_canonical
 
-    request, text, deltas, named = read_input(args.input)
+    request, text, deltas, named, named_signature = read_input(args.input)
     mode = args.delivery or named or ("stream-recorded" if deltas is not None else "whole")
     if mode not in FUZZ_MODES + ("stream-recorded",):
         raise UsageError(f"unknown delivery mode {mode!r}")
@@ -272,12 +274,14 @@ def cmd_minimize(args: argparse.Namespace) -> int:
     logging.disable(logging.CRITICAL)
     warnings.simplefilter("ignore")
     engine = Engine(args.adapter)
-    observation, start, small, minimizer = minimize_input(engine, request, text, mode, deltas, args.signature)
+    observation, start, small, minimizer = minimize_input(engine, request, text, mode, deltas,
+                                                             args.signature or named_signature)
     if observation is None:
         print(f"k2conform minimize: no disagreement{' with signature ' + args.signature if args.signature else ''} "
               f"in {mode} for {args.input}", file=sys.stderr)
         return 1
-    case = finding_case(small.request, small.text, observation, args.target, minimised=True)
+    case = finding_case(small.request, small.text, observation, args.target, minimised=True,
+                        focus=minimizer.signature)
     print(f"signature {observation.signature} in {mode}: {len(start.text)} -> {len(small.text)} characters, "
           f"{len(start.cuts or ()) + 1 if start.cuts is not None else '-'} -> "
           f"{len(small.cuts or ()) + 1 if small.cuts is not None else '-'} deltas, "

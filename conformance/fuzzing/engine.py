@@ -20,7 +20,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from k2conform import delivery as dl
 from k2conform.corpus import CompletionCase, Expectation, load_case
-from k2conform.fuzzing.signature import classify, signature, slug
+from k2conform.fuzzing.signature import classify, components, signature, slug
 from k2conform.model import Delta, Request, Result, dumps_canonical
 
 #: Delivery modes the fuzzers accept: the matrix's modes plus ``stream-split``, the
@@ -193,7 +193,7 @@ def _compact(result: Result) -> str:
 
 
 def finding_case(request: Request, text: str, observation: Observation, target: str,
-                 prefix: str = "fuzz", minimised: bool = False) -> CompletionCase:
+                 prefix: str = "fuzz", minimised: bool = False, focus: str | None = None) -> CompletionCase:
     """A case file in the corpus format recording a disagreement.
 
     The expectation is the oracle's result; the verdict follows the reference policies that
@@ -201,18 +201,20 @@ def finding_case(request: Request, text: str, observation: Observation, target: 
     signature, the delivery and every adapter's observed result; ``generator`` records what
     ``k2conform minimize`` needs to reproduce it.
     """
+    focus = focus or observation.signature
     policies = list(observation.expected.meta.get("policies") or ())
     verdict = verdict_for(policies) if target != "roundtrip" else "y"
     digest = hashlib.sha256(json.dumps([text, request.to_json(), observation.deltas, observation.mode],
                                        ensure_ascii=False).encode()).hexdigest()[:8]
-    case_id = f"{verdict}_{prefix}_{slug(observation.signature, 48)}_{digest}"
+    case_id = f"{verdict}_{prefix}_{slug(focus, 48)}_{digest}"
     mode = "stream-recorded" if observation.deltas is not None else observation.mode
     observed = "; ".join(f"{name} -> {_compact(result)}" for name, result in observation.results.items()
                          if observation.kinds.get(name))
-    description = (f"{'minimised ' if minimised else ''}{target} fuzz finding: {observation.signature} "
+    description = (f"{'minimised ' if minimised else ''}{target} fuzz finding: {focus} "
                    f"in {observation.mode} (matrix mode {mode})")
     source = (f"k2conform fuzz {target}{' + k2conform minimize' if minimised else ''}; signature "
-              f"{observation.signature}; delivery {observation.mode}"
+              f"{focus} (whole input: {observation.signature}); kinds: "
+              f"{'; '.join(f'{a} {chr(43).join(k)}' for a, k in observation.kinds.items() if k)}; delivery {observation.mode}"
               f"{' [' + observation.variant + ']' if observation.variant else ''}; observed: {observed}; "
               f"expected ({'rendered calls' if target == 'roundtrip' else 'reference'}): "
               f"{_compact(observation.expected)}; reference policies: {', '.join(policies) or '-'}")
@@ -221,7 +223,7 @@ def finding_case(request: Request, text: str, observation: Observation, target: 
     expected = Expectation(observation.expected.content, observation.expected.reasoning,
                            observation.expected.tool_calls)
     generator = {"class": f"FUZZ.{target}", "seed": 0, "delivery": observation.mode,
-                 "signature": observation.signature, "adapters": sorted(observation.kinds)}
+                 "signature": focus, "adapters": sorted(observation.kinds)}
     return CompletionCase(case_id, description, tuple(tags), source, request, text,
                           observation.deltas, expected, generator)
 
@@ -271,16 +273,19 @@ class FindingStore:
     def key(mode: str, sig: str) -> str:
         return f"{mode} {sig}"
 
-    def record(self, request: Request, text: str, observation: Observation) -> bool:
-        key = self.key(observation.mode, observation.signature)
-        fresh = key not in self.counts
-        self.counts[key] = self.counts.get(key, 0) + 1
-        if fresh:
-            case = finding_case(request, text, observation, self.target)
-            self.files[key] = str(write_case_file(case, self.directory))
-            self.new.append(key)
-            print(f"\n[k2conform fuzz] NEW signature {key} -> {self.files[key]}", flush=True)
-        self.save(force=fresh)
+    def record(self, request: Request, text: str, observation: Observation) -> list[str]:
+        """Count each component of the signature; save the input once per new component."""
+        fresh = []
+        for component in components(observation.signature):
+            key = self.key(observation.mode, component)
+            self.counts[key] = self.counts.get(key, 0) + 1
+            if self.files.get(key) is None:
+                case = finding_case(request, text, observation, self.target, focus=component)
+                self.files[key] = str(write_case_file(case, self.directory))
+                self.new.append(key)
+                fresh.append(key)
+                print(f"\n[k2conform fuzz] NEW signature {key} -> {self.files[key]}", flush=True)
+        self.save(force=bool(fresh))
         return fresh
 
     def tick(self) -> None:

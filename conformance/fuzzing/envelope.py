@@ -8,8 +8,8 @@ Layout::
 ``FLAGS`` (the first byte): bit 0 thinking on, bit 1 declare the tools the output names,
 bit 2 leave the first named tool undeclared.  ``TEXT`` is the model output; bytes that are
 not UTF-8 decode as U+FFFD, so every input is a valid string.  0xFF never occurs in
-UTF-8, so it separates the optional cut list: each ``GAP`` byte moves the next cut
-``GAP + 1`` characters on.  Without a cut list the cuts derive from a hash of the input, so
+UTF-8, so it separates the optional cut list: a ``GAP`` byte below 255 puts the next cut
+``GAP + 1`` characters on, 255 moves 255 characters on without a cut.  Without a cut list the cuts derive from a hash of the input, so
 every input still carries a split.
 """
 
@@ -66,14 +66,13 @@ class FuzzInput:
         gaps, previous = [], 0
         for cut in sorted(set(self.cuts)):
             step = cut - previous
-            while step > 256:  # a long stretch without a cut: a 256-step then the rest
+            if step < 1:
+                continue
+            while step > 255:  # a long stretch without a cut
                 gaps.append(255)
-                step -= 256
-                previous += 256
-            if step >= 1:
-                gaps.append(step - 1)
+                step -= 255
+            gaps.append(step - 1)
             previous = cut
-        # a 256-step whose cut lands past the text is harmless: split_points drops it
         return data + bytes([SEPARATOR]) + bytes(gaps)
 
 
@@ -88,6 +87,9 @@ def decode(data: bytes) -> FuzzInput:
         rest, gap_bytes = rest[:at], rest[at + 1 :]
         position, cut_list = 0, []
         for gap in gap_bytes:
+            if gap == 255:
+                position += 255
+                continue
             position += gap + 1
             cut_list.append(position)
         cuts = tuple(cut_list)

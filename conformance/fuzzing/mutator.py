@@ -91,7 +91,10 @@ def break_marker(text: str, rng: random.Random) -> str:
         return text
     m = rng.choice(found)
     at = m.start() + rng.randint(1, len(m.group()) - 1)
-    return text[:at] + rng.choice((" ", "\n", "<", "<|", "x")) + text[at:]
+    broken = text[:at] + rng.choice(("\n", "<", "<|", "x")) + text[at:]
+    if len(_occurrences(broken)) >= len(found):  # the insertion formed the marker again
+        broken = text[:at] + " " + text[at:]
+    return broken
 
 
 def change_index(text: str, rng: random.Random) -> str:

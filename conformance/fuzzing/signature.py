@@ -2,8 +2,10 @@
 
 A disagreement between an adapter's result and the expected one (the reference's, or the
 calls the roundtrip target rendered) is classified into a closed set of *kinds*; the
-*signature* of an input is every disagreeing adapter with its kinds, in adapter order:
-``vllm:dropped-call|sglang:leaked-marker+wrong-arguments``.  Kinds are decided from the
+*signature* of an input is every disagreeing adapter with its primary kind, in adapter
+order: ``vllm:dropped-call|sglang:leaked-marker``.  The fuzzers count and save findings per
+*component* (``sglang:leaked-marker`` in one delivery mode), so an hour of fuzzing yields at
+most adapters × kinds × modes files, not one per combination.  Kinds are decided from the
 results alone (never from the input's text), so two inputs that break a parser the same
 way share a signature.
 """
@@ -72,10 +74,29 @@ def classify(expected: Result, observed: Result) -> tuple[str, ...]:
     return tuple(k for k in KINDS if k in kinds)
 
 
+def primary(kinds: Sequence[str]) -> str:
+    """The one kind a signature keeps for an adapter: the first in ``KINDS`` order (a crash
+    before a dropped call before leaked marker bytes, …), so combinations stay few."""
+    return kinds[0]
+
+
+def components(sig: str) -> list[str]:
+    """``vllm:dropped-call|sglang:leaked-marker`` → ``["vllm:dropped-call", "sglang:leaked-marker"]``."""
+    return [part for part in sig.split("|") if part]
+
+
+def matches(target: str, observed: str) -> bool:
+    """Whether ``observed`` shows ``target``: every adapter the target names disagrees the
+    same way (adapters the target does not name are ignored)."""
+    want, got = parse_signature(target), parse_signature(observed)
+    return bool(want) and all(got.get(name) == kinds for name, kinds in want.items())
+
+
 def signature(kinds_by_adapter: Mapping[str, Sequence[str]], order: Iterable[str] | None = None) -> str:
-    """``adapter:kind+kind|adapter:kind`` over the adapters that disagree ("" when none does)."""
+    """``adapter:kind|adapter:kind`` over the adapters that disagree ("" when none does),
+    each with its :func:`primary` kind."""
     names = list(order) if order is not None else list(kinds_by_adapter)
-    return "|".join(f"{name}:{'+'.join(kinds_by_adapter[name])}" for name in names
+    return "|".join(f"{name}:{primary(kinds_by_adapter[name])}" for name in names
                     if kinds_by_adapter.get(name))
 
 

@@ -1,0 +1,335 @@
+"""Fuzzing: the envelope, the marker-aware mutator, the signature classifier, the minimiser,
+and every atheris target run briefly in a subprocess (as CI does)."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from k2conform import markers as mk
+from k2conform.fuzzing import mutator as mu
+from k2conform.fuzzing.envelope import DECLARE_TOOLS, THINKING, FuzzInput, decode, tool_names_in
+from k2conform.fuzzing.seeds import build_seed_corpus, dictionary_text
+from k2conform.fuzzing.signature import classify, components, matches, parse_signature, signature
+from k2conform.model import Result, ToolCall
+from k2conform.strategies import completions
+
+ROOT = Path(__file__).resolve().parent.parent
+SB, SE, TB, AB, TE = mk.SECTION_BEGIN, mk.SECTION_END, mk.CALL_BEGIN, mk.ARGUMENT_BEGIN, mk.CALL_END
+ONE_CALL = f'Sure.{SB}{TB}functions.get_weather:0{AB}{{"city": "Paris"}}{TE}{SE}'
+TWO_CALLS = f'{SB}{TB}functions.a:0{AB}{{"x": 1}}{TE}{TB}functions.b.c:1{AB}{{"y": [2]}}{TE}{SE}'
+
+
+def _available(name: str) -> bool:
+    from k2conform.registry import create_adapter, load
+
+    return load(create_adapter(name)).status == "ok"
+
+
+def _markers(text: str) -> list[str]:
+    return [m.group() for m in mu._MARKER_RE.finditer(text)]
+
+
+def _text_bytes_valid(data: bytes) -> bool:
+    body = data[1:].split(b"\xff")[0]
+    body.decode("utf-8")  # raises if not UTF-8
+    return True
+
+
+# -- envelope ------------------------------------------------------------------------------------
+
+
+def test_envelope_round_trips_and_any_bytes_decode():
+    fuzz = FuzzInput("héllo " + ONE_CALL, THINKING | DECLARE_TOOLS, (1, 5, 300, 301))
+    assert decode(fuzz.encode()) == fuzz
+    assert decode(FuzzInput("x", 0, None).encode()) == FuzzInput("x", 0, None)
+    rng = random.Random(0)
+    for _ in range(500):
+        data = bytes(rng.randrange(256) for _ in range(rng.randrange(40)))
+        fuzz = decode(data)
+        assert isinstance(fuzz.text, str) and all(0 < c < len(fuzz.text) for c in fuzz.split_points())
+    assert tool_names_in(TWO_CALLS) == ["a", "b.c"]
+    assert [t["function"]["name"] for t in FuzzInput(TWO_CALLS, DECLARE_TOOLS).request().tools] == ["a", "b.c"]
+    assert FuzzInput(TWO_CALLS, 0).request().tools == ()
+
+
+def test_split_points_without_a_cut_list_are_derived_from_the_input():
+    fuzz = FuzzInput(ONE_CALL * 3)
+    assert fuzz.split_points() == FuzzInput(ONE_CALL * 3).split_points() and fuzz.split_points()
+
+
+# -- mutator -------------------------------------------------------------------------------------
+
+
+def _byte_flips(data: bytes, max_size: int) -> bytes:
+    """A stand-in for libFuzzer's mutation: random bytes anywhere, UTF-8 broken on purpose."""
+    rng = random.Random(data)
+    out = bytearray(data)
+    for _ in range(3):
+        if out:
+            out[rng.randrange(len(out))] = rng.randrange(256)
+    return bytes(out[:max_size])
+
+
+@pytest.mark.parametrize("libfuzzer", [None, _byte_flips])
+def test_mutator_keeps_producing_valid_utf8_within_max_size(libfuzzer):
+    data = FuzzInput(ONE_CALL + "天气", DECLARE_TOOLS).encode()
+    for seed in range(3000):
+        data = mu.mutate(data, 1024, seed, libfuzzer)
+        assert len(data) <= 1024 and _text_bytes_valid(data)
+        if seed % 300 == 0:
+            data = FuzzInput(TWO_CALLS + "é😀", DECLARE_TOOLS).encode()
+
+
+def test_fit_shortens_by_whole_characters():
+    data = mu.fit(FuzzInput("😀" * 100, 0, tuple(range(1, 100))), 50)
+    assert len(data) <= 50 and _text_bytes_valid(data)
+
+
+def _each(operation, text, check, tries=30):
+    for seed in range(tries):
+        before = FuzzInput(text, DECLARE_TOOLS)
+        after = mu.apply(operation, before, random.Random(seed))
+        check(before, after)
+
+
+def _without_one(text, marker):
+    return {text[:i] + text[i + len(marker):] for i in range(len(text)) if text.startswith(marker, i)}
+
+
+def test_insert_adds_one_marker():
+    def check(b, a):
+        assert any(b.text in _without_one(a.text, m) for m in mu.MARKERS + mu.EXTRA_MARKERS), a
+    _each("insert", ONE_CALL, check)
+
+
+def test_drop_removes_one_marker():
+    def check(b, a):
+        assert len(_markers(a.text)) == len(_markers(b.text)) - 1
+        assert len(a.text) < len(b.text)
+    _each("drop", ONE_CALL, check)
+
+
+def test_duplicate_repeats_a_marker_in_place():
+    def check(b, a):
+        assert len(_markers(a.text)) == len(_markers(b.text)) + 1
+        assert any(m + m in a.text for m in mu.MARKERS)
+    _each("duplicate", ONE_CALL, check)
+
+
+def test_reorder_swaps_two_markers():
+    def check(b, a):
+        assert sorted(_markers(a.text)) == sorted(_markers(b.text)) and _markers(a.text) != _markers(b.text)
+        assert len(a.text) == len(b.text)
+    _each("reorder", ONE_CALL, check)
+
+
+def test_truncate_leaves_a_marker_prefix():
+    def check(b, a):
+        assert len(_markers(a.text)) == len(_markers(b.text)) - 1
+        assert 0 < len(b.text) - len(a.text) < max(map(len, mu.MARKERS))
+    _each("truncate", ONE_CALL, check)
+
+
+def test_break_puts_text_inside_a_marker():
+    def check(b, a):
+        assert len(_markers(a.text)) < len(_markers(b.text)) and len(a.text) > len(b.text)
+    _each("break", ONE_CALL, check)
+
+
+def test_index_changes_the_call_index():
+    def check(b, a):
+        assert a.text != b.text or True  # "0" may be drawn again
+        head = a.text.split(AB)[0]
+        assert head.startswith("Sure." + SB + TB + "functions.get_weather:")
+    _each("index", ONE_CALL, check)
+    changed = {mu.apply("index", FuzzInput(ONE_CALL), random.Random(s)).text for s in range(30)}
+    assert len(changed) > 3
+
+
+def test_name_changes_the_function_name():
+    names = set()
+    for seed in range(40):
+        after = mu.apply("name", FuzzInput(ONE_CALL), random.Random(seed))
+        (name,) = tool_names_in(after.text) or ["?"]
+        names.add(name)
+        assert after.text.endswith(AB + '{"city": "Paris"}' + TE + SE)
+    assert len(names) > 4 and "search.web" in names
+
+
+def test_splice_replaces_an_argument_body():
+    def check(b, a):
+        assert a.text.startswith(b.text.split(AB)[0] + AB) and a.text.endswith(TE + SE)
+        assert any(f"{AB}{body}{TE}" in a.text for body in mu.ARGUMENT_POOL + ('{"x": 1}', '{"y": [2]}'))
+    _each("splice", TWO_CALLS, check)
+
+
+def test_split_cuts_inside_a_marker():
+    for seed in range(30):
+        after = mu.apply("split", FuzzInput(ONE_CALL, 0, ()), random.Random(seed))
+        (cut,) = after.split_points()
+        assert any(m.start() < cut < m.end() for m in mu._MARKER_RE.finditer(ONE_CALL))
+
+
+def test_cuts_and_flags_operations():
+    after = mu.apply("cuts", FuzzInput("abcdef", 0, ()), random.Random(0))
+    assert after.split_points() == (1, 2, 3, 4, 5)
+    flags = {mu.apply("flags", FuzzInput("x", 0), random.Random(s)).flags for s in range(30)}
+    assert flags == {1, 2, 4}
+
+
+def test_crossover_joins_two_inputs_at_markers():
+    data = mu.custom_crossover(FuzzInput(ONE_CALL).encode(), FuzzInput(TWO_CALLS).encode(), 4096, 3)
+    assert _text_bytes_valid(data)
+
+
+def test_dictionary_file_is_the_generated_one():
+    assert (ROOT / "fuzz" / "kimi_k2.dict").read_text(encoding="utf-8") == dictionary_text()
+    for marker in mk.TOOL_MARKERS + (mk.THINK_BEGIN, mk.THINK_END):
+        assert f'"{marker}"' in dictionary_text()
+
+
+def test_seed_corpus_is_built_from_the_case_corpus(tmp_path):
+    count = build_seed_corpus(tmp_path)
+    assert count >= 300 and len(list(tmp_path.iterdir())) == count
+    assert build_seed_corpus(tmp_path) == count  # idempotent: named by content
+
+
+# -- property: the reference target on mutated well-formed outputs (hypothesis "ci" profile) ---
+
+
+@given(completions(max_calls=4), st.integers(0, 2**32 - 1))
+def test_reference_target_holds_on_mutated_completions(generated, seed):
+    from k2conform.fuzzing.targets import reference_target
+
+    check = reference_target()
+    data = FuzzInput(generated.text, DECLARE_TOOLS if generated.tools else 0).encode()
+    check(data)
+    check(mu.mutate(data, 4096, seed))
+
+
+# -- signatures -----------------------------------------------------------------------------------
+
+CALL = ToolCall("get_weather", '{"city": "Paris"}', "functions.get_weather:0")
+
+
+@pytest.mark.parametrize(
+    ("observed", "kinds"),
+    [
+        (Result(content="Sure.", tool_calls=(CALL,)), ()),
+        (Result(content="Sure.", tool_calls=(ToolCall("get_weather", '{"city":"Paris"}', "x"),)), ()),
+        (Result(content="Sure."), ("dropped-call",)),
+        (Result(content="Sure." + SB + TB + "functions.get_weather:0"), ("dropped-call", "leaked-marker")),
+        (Result(content="Sure.", tool_calls=(CALL, CALL)), ("extra-call",)),
+        (Result(content="Sure.", tool_calls=(ToolCall("weather", CALL.arguments),)), ("wrong-name",)),
+        (Result(content="Sure.", tool_calls=(ToolCall("get_weather", '{"city": "Rome"}'),)), ("wrong-arguments",)),
+        (Result(content="Sure!", tool_calls=(CALL,)), ("content-drift",)),
+        (Result(content="Sure.", reasoning="hm", tool_calls=(CALL,)), ("reasoning-drift",)),
+        (Result.failed("crash", "IndexError: list index out of range"), ("crash",)),
+        (Result.failed("timeout", "no result"), ("timeout",)),
+        (Result(content="Sure.", tool_calls=(CALL,), meta={"stream_violations": ["chunk 3: id of index 0 sent again"]}),
+         ("broken-stream",)),
+    ],
+)
+def test_classifier_on_hand_made_disagreements(observed, kinds):
+    expected = Result(content="Sure.", tool_calls=(CALL,))
+    assert classify(expected, observed) == kinds
+
+
+def test_signature_keeps_one_kind_per_adapter_in_adapter_order():
+    sig = signature({"sglang": ("dropped-call", "leaked-marker"), "vllm": ("wrong-name",), "x": ()},
+                    ["vllm", "sglang", "x"])
+    assert sig == "vllm:wrong-name|sglang:dropped-call"
+    assert parse_signature(sig) == {"vllm": ("wrong-name",), "sglang": ("dropped-call",)}
+    assert components(sig) == ["vllm:wrong-name", "sglang:dropped-call"]
+    assert matches("sglang:dropped-call", sig) and not matches("sglang:leaked-marker", sig)
+    assert signature({"vllm": ()}) == ""
+
+
+# -- minimiser ------------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not _available("sglang"), reason="SGLang is not installed")
+def test_minimiser_shrinks_sglangs_partial_marker_leak_with_text_level_splits():
+    from k2conform.fuzzing.engine import Engine
+    from k2conform.minimize import minimize_input
+
+    engine = Engine(["sglang"])
+    request = FuzzInput(ONE_CALL, DECLARE_TOOLS).request()
+    text = "Let me check. " + ONE_CALL
+    observation, start, small, minimizer = minimize_input(engine, request, text, "stream-char")
+    assert observation is not None and observation.signature.startswith("sglang:")
+    assert len(small.text) < len(start.text) and len(small.cuts) < len(start.cuts) and len(small.cuts) <= 3
+    # it still reproduces, from the case file alone, deterministically
+    again = engine.observe(small.request, small.text, "stream-split", small.cuts)
+    assert matches(minimizer.signature, again.signature)
+    assert minimize_input(engine, request, text, "stream-char")[2] == small
+
+
+def test_minimize_cli_on_an_agreeing_input_exits_1(tmp_path):
+    payload = tmp_path / "ok.json"
+    payload.write_text(json.dumps({"model_output": "hello", "delivery": "whole"}))
+    done = subprocess.run([sys.executable, "-m", "k2conform.cli", "minimize", str(payload), "--adapter", "reference",
+                           "--out", str(tmp_path)], capture_output=True, text=True)
+    assert done.returncode == 1 and "no disagreement" in done.stderr
+
+
+# -- the atheris targets, briefly, in subprocesses ---------------------------------------------------
+
+
+def _run_target(name, tmp_path, *flags, timeout=600):
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "fuzz" / f"fuzz_{name}.py"), "--findings", str(tmp_path / "findings"),
+         *flags, f"-artifact_prefix={tmp_path}/", "-print_final_stats=1"],
+        capture_output=True, text=True, timeout=timeout, cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "stat::number_of_executed_units" in done.stderr
+    return done
+
+
+def test_reference_target_runs_without_crashing(tmp_path):
+    seeds = tmp_path / "seeds"
+    build_seed_corpus(seeds)
+    (tmp_path / "work").mkdir()
+    _run_target("reference", tmp_path, "-runs=1500", "-max_len=4096", f"-dict={ROOT / 'fuzz' / 'kimi_k2.dict'}",
+                str(tmp_path / "work"), str(seeds))
+
+
+def test_differential_target_runs_and_saves_distinct_signatures(tmp_path):
+    seeds = tmp_path / "seeds"
+    seeds.mkdir()
+    for text in (ONE_CALL, TWO_CALLS, f"{SB}{TB}functions.get.weather:0{AB}{{}}{TE}{SE}"):
+        (seeds / str(abs(hash(text)))).write_bytes(FuzzInput(text, DECLARE_TOOLS).encode())
+    done = _run_target("differential", tmp_path, "--delivery", "whole", "--delivery", "stream-split",
+                       "-runs=60", str(seeds))
+    table = tmp_path / "findings" / "signatures-differential.json"
+    if _available("vllm") or _available("sglang"):
+        data = json.loads(table.read_text())
+        files = {row["file"] for row in data["signatures"]}
+        assert len(files) == len(data["signatures"])  # one file per distinct signature
+        for path in files:
+            from k2conform.corpus import load_case
+
+            assert load_case(path).generator["signature"]
+    assert "Traceback" not in done.stderr
+
+
+def test_roundtrip_target_runs_without_crashing(tmp_path):
+    _run_target("roundtrip", tmp_path, "-runs=150", "-max_len=2048")
+
+
+def test_fuzz_cli_reports_executions_per_second(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "k2conform.cli", "fuzz", "reference", "--runs", "300",
+                           "--findings", str(tmp_path), str(tmp_path)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "exec/s" in done.stdout and "300 executions" in done.stdout
+    usage = subprocess.run([sys.executable, "-m", "k2conform.cli", "fuzz", "reference"], capture_output=True, text=True)
+    assert usage.returncode == 2 and "--seconds" in usage.stderr
