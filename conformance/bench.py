@@ -167,13 +167,21 @@ def streaming_cost(bench: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 @dataclass
+class _Point:
+    size_kb: int
+    chars: int
+    deltas: int
+    seconds: list[float] = field(default_factory=list)
+
+
+@dataclass
 class _Series:
     adapter: str
     workload: str
     delivery: str
     budget: float
     spent: float = 0.0
-    points: list[dict[str, Any]] = field(default_factory=list)
+    points: list[_Point] = field(default_factory=list)
     capped: dict[str, Any] | None = None
 
     def predict(self, size_kb: float) -> float:
@@ -184,9 +192,9 @@ class _Series:
         growth = 1.0
         if len(self.points) >= 2:
             previous = self.points[-2]
-            growth = max(1.0, fit_exponent([previous["size_kb"], last["size_kb"]],
-                                           [previous["median_s"], last["median_s"]]) or 1.0)
-        return last["median_s"] * (size_kb / last["size_kb"]) ** growth
+            growth = max(1.0, fit_exponent([previous.size_kb, last.size_kb],
+                                           [min(previous.seconds), min(last.seconds)]) or 1.0)
+        return min(last.seconds) * (size_kb / last.size_kb) ** growth
 
 
 def _runner(adapter: Any, request: Request, delivery: dl.Delivery) -> Callable[[], Any]:
@@ -203,98 +211,110 @@ def _time_once(run: Callable[[], Any]) -> float:
 
 
 class Bench:
-    def __init__(self, adapters: dict[str, Any], tokenizer: Any, *, sizes_kb: Sequence[int], reps: int,
+    """Measures one workload over its sizes, adapters side by side.
+
+    Round 0 runs every size once, smallest first, for every adapter whose series can
+    still afford it (the size is skipped and the series capped when the predicted time
+    does not fit its budget); rounds 1.. repeat the points while the budget lasts.
+    Every round visits every size, so a change in the machine's load during the bench
+    shifts all sizes alike instead of bending the fitted exponent.
+    """
+
+    def __init__(self, adapters: dict[str, Any], tokenizer: Any, *, reps: int,
                  series_budget: float, deadline: float, log: Callable[[str], None]) -> None:
         self.adapters = adapters
         self.tokenizer = tokenizer
-        self.sizes_kb = tuple(sizes_kb)
         self.reps = reps
         self.series_budget = series_budget
         self.deadline = deadline
         self.log = log
         self.series: dict[tuple[str, str, str], _Series] = {}
-        self.pairs: list[dict[str, Any]] = []
         self.errors: dict[str, str] = {}
 
-    def point(self, kind: str, size_kb: int) -> None:
-        """Every adapter and delivery on one output, adapters alternating per repetition."""
-        text, request = workload(kind, size_kb)
-        size_kb = size_kb or round(len(text) / 1000)  # parallel: its actual size
-        deliveries = make_deliveries(text, self.tokenizer)
-        for mode, delivery in deliveries.items():
-            plan: dict[str, int] = {}
-            for name in self.adapters:
-                if name in self.errors:
-                    continue
-                series = self.series.setdefault(
-                    (name, kind, mode), _Series(name, kind, mode, self.series_budget))
+    def workload(self, kind: str, sizes_kb: Sequence[int]) -> None:
+        inputs = []
+        for size_kb in sizes_kb:
+            text, request = workload(kind, size_kb)
+            inputs.append((size_kb or round(len(text) / 1000), text, request, make_deliveries(text, self.tokenizer)))
+        for round_ in range(self.reps):
+            if round_ and time.monotonic() > self.deadline:
+                break
+            for size_kb, text, request, deliveries in inputs:
+                for mode, delivery in deliveries.items():
+                    self._run_point(kind, size_kb, text, request, mode, delivery, round_)
+
+    def _run_point(self, kind: str, size_kb: int, text: str, request: Request, mode: str,
+                   delivery: dl.Delivery, round_: int) -> None:
+        names = list(self.adapters)
+        names = names[round_ % len(names):] + names[: round_ % len(names)]  # rotate the order
+        for name in names:
+            if name in self.errors:
+                continue
+            series = self.series.setdefault((name, kind, mode), _Series(name, kind, mode, self.series_budget))
+            point = next((p for p in series.points if p.size_kb == size_kb), None)
+            if round_ == 0:
                 if series.capped:
                     continue
                 predicted = series.predict(size_kb)
-                remaining = min(series.budget - series.spent, self.deadline - time.monotonic())
-                if predicted > remaining:
-                    series.capped = {"after_kb": series.points[-1]["size_kb"] if series.points else None,
+                over_budget = predicted > series.budget - series.spent
+                if over_budget or predicted > self.deadline - time.monotonic():
+                    series.capped = {"after_kb": series.points[-1].size_kb if series.points else None,
                                      "skipped_kb": size_kb, "predicted_s": round(predicted, 3),
-                                     "reason": "time budget" if series.budget - series.spent < self.deadline - time.monotonic()
-                                     else "bench deadline"}
+                                     "reason": "time budget" if over_budget else "bench deadline"}
                     continue
-                plan[name] = max(1, min(self.reps, int(remaining / predicted))) if predicted else self.reps
-            if not plan:
+                point = _Point(size_kb, len(text), len(delivery.deltas))
+                series.points.append(point)
+            elif point is None or series.spent + min(point.seconds) > series.budget \
+                    or time.monotonic() + min(point.seconds) > self.deadline:
                 continue
-            times: dict[str, list[float]] = {name: [] for name in plan}
-            order = list(plan)
-            for rep in range(max(plan.values())):
-                rotated = order[rep % len(order):] + order[: rep % len(order)]
-                for name in rotated:
-                    if rep >= plan[name] or name in self.errors:
-                        continue
-                    try:
-                        elapsed = _time_once(_runner(self.adapters[name], request, delivery))
-                    except Exception as error:  # noqa: BLE001 - recorded, the bench goes on
-                        self.errors[name] = f"{kind} {size_kb} KB {mode}: {type(error).__name__}: {error}"
-                        continue
-                    times[name].append(elapsed)
-                    self.series[(name, kind, mode)].spent += elapsed
-            for name, seconds in times.items():
-                if not seconds:
-                    continue
-                median = statistics.median(seconds)
-                deltas = len(delivery.deltas)
-                self.series[(name, kind, mode)].points.append({
-                    "size_kb": size_kb, "chars": len(text), "deltas": deltas, "reps": len(seconds),
-                    "seconds": [round(s, 6) for s in seconds], "median_s": median,
-                    "per_delta_us": median / deltas * 1e6,
-                    "throughput_kchars_s": len(text) / median / 1000,
-                })
-            self._record_pairs(kind, size_kb, mode, times)
-            done = ", ".join(f"{n} {statistics.median(t) * 1000:.1f} ms" for n, t in times.items() if t)
+            try:
+                elapsed = _time_once(_runner(self.adapters[name], request, delivery))
+            except Exception as error:  # noqa: BLE001 - recorded, the bench goes on
+                self.errors[name] = f"{kind} {size_kb} KB {mode}: {type(error).__name__}: {error}"
+                continue
+            point.seconds.append(elapsed)
+            series.spent += elapsed
+        if round_ == 0:
+            firsts = {n: self.series[(n, kind, mode)].points[-1] for n in names
+                      if (n, kind, mode) in self.series and self.series[(n, kind, mode)].points}
+            done = ", ".join(f"{n} {p.seconds[0] * 1000:.1f} ms" for n, p in firsts.items()
+                             if p.size_kb == size_kb and p.seconds)
             self.log(f"  {kind:<8} {size_kb:>4} KB {mode:<13} {done}")
 
-    def _record_pairs(self, kind: str, size_kb: int, mode: str, times: dict[str, list[float]]) -> None:
-        """Speed-ups of each adapter over each other one, from runs made side by side."""
-        names = [n for n in times if times[n]]
-        for a in names:
-            for b in names:
-                if a == b:
-                    continue
-                paired = [tb / ta for ta, tb in zip(times[a], times[b])]
-                self.pairs.append({"adapter": a, "peer": b, "workload": kind, "size_kb": size_kb,
-                                   "delivery": mode, "speedup": statistics.median(paired), "reps": len(paired)})
+    def pairs(self) -> list[dict[str, Any]]:
+        """Speed-ups of each adapter over each other one, from the runs made side by side
+        (the same round of the same point): the median of the per-round ratios."""
+        rows = []
+        by_point: dict[tuple[str, int, str], dict[str, list[float]]] = {}
+        for (name, kind, mode), series in self.series.items():
+            for point in series.points:
+                by_point.setdefault((kind, point.size_kb, mode), {})[name] = point.seconds
+        for (kind, size_kb, mode), times in by_point.items():
+            for a, ta in times.items():
+                for b, tb in times.items():
+                    paired = [y / x for x, y in zip(ta, tb)]
+                    if a != b and paired:
+                        rows.append({"adapter": a, "peer": b, "workload": kind, "size_kb": size_kb,
+                                     "delivery": mode, "speedup": round(statistics.median(paired), 3),
+                                     "reps": len(paired)})
+        return rows
 
     def series_rows(self, versions: dict[str, str | None]) -> list[dict[str, Any]]:
         rows = []
         for (name, kind, mode), series in self.series.items():
-            if not series.points:
+            points = [p for p in series.points if p.seconds]
+            if not points:
                 continue
-            sizes = [p["size_kb"] for p in series.points]
-            costs = [p["median_s"] for p in series.points]
+            sizes = [p.size_kb for p in points]
+            costs = [statistics.median(p.seconds) for p in points]
             exponent, fitted = series_exponent(sizes, costs)
             rows.append({
                 "adapter": name, "version": versions.get(name), "workload": kind, "delivery": mode,
                 "sizes_kb": sizes, "median_s": [round(c, 6) for c in costs],
-                "per_delta_us": [round(p["per_delta_us"], 3) for p in series.points],
-                "throughput_kchars_s": [round(p["throughput_kchars_s"], 1) for p in series.points],
-                "deltas": [p["deltas"] for p in series.points], "reps": [p["reps"] for p in series.points],
+                "per_delta_us": [round(c / p.deltas * 1e6, 3) for c, p in zip(costs, points)],
+                "throughput_kchars_s": [round(p.chars / c / 1000, 1) for c, p in zip(costs, points)],
+                "chars": [p.chars for p in points], "deltas": [p.deltas for p in points],
+                "reps": [len(p.seconds) for p in points],
                 "exponent": None if exponent is None else round(exponent, 3), "fitted_sizes_kb": fitted,
                 "capped": series.capped,
             })
@@ -585,14 +605,10 @@ def run_bench(names: Sequence[str], *, quick: bool = False, reps: int | None = N
         if availability.status == "ok":
             adapters[adapter.name] = adapter
         log(f"{adapter.name} {adapter.version() or '-'}: {availability.status} {availability.reason} ({rows[-1]['load_seconds']} s to load)")
-    bench = Bench(adapters, tokenizer, sizes_kb=sizes, reps=reps, series_budget=series_budget,
-                  deadline=deadline, log=log)
-    bench.point("parallel", 0)
-    for size in sizes:
-        bench.point("args", size)
-    for size in sizes:
-        if size <= CONTENT_MAX_KB:
-            bench.point("content", size)
+    bench = Bench(adapters, tokenizer, reps=reps, series_budget=series_budget, deadline=deadline, log=log)
+    bench.workload("parallel", [0])
+    bench.workload("args", sizes)
+    bench.workload("content", [s for s in sizes if s <= CONTENT_MAX_KB])
     versions = {r["name"]: r["version"] for r in rows}
     doc: dict[str, Any] = {
         "k2conform": __version__, "quick": quick,
@@ -600,7 +616,7 @@ def run_bench(names: Sequence[str], *, quick: bool = False, reps: int | None = N
         "settings": {"sizes_kb": list(sizes), "reps": reps, "series_budget_s": series_budget,
                      "max_seconds": max_seconds, "delta_chars": DELTA_CHARS, "fit_from_kb": FIT_FROM_KB,
                      "superlinear_exponent": SUPERLINEAR_EXPONENT, "parallel_calls": PARALLEL_CALLS},
-        "adapters": rows, "series": bench.series_rows(versions), "comparisons": bench.pairs,
+        "adapters": rows, "series": bench.series_rows(versions), "comparisons": bench.pairs(),
         "errors": dict(bench.errors),
     }
     doc["streaming_cost"] = streaming_cost(doc)
@@ -616,7 +632,7 @@ def run_bench(names: Sequence[str], *, quick: bool = False, reps: int | None = N
                                   "peak_kib": round(peak_memory(adapter, request, delivery) / 1024, 1)})
     if harness:
         log("harness: the matrix's cell function over a corpus sample")
-        doc["harness"] = harness_cost(adapters, tokenizer, budget=2.0 if quick else 6.0,
+        doc["harness"] = harness_cost(adapters, tokenizer, budget=2.0 if quick else 3.0,
                                       max_cases=12 if quick else None)
     if run_results is not None:
         doc["run_results"] = run_results_cost(run_results)

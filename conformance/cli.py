@@ -128,6 +128,7 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=dl.DEFAULT_SEED, help="base seed of stream-random (per-case seeds derive from it)")
     p.add_argument("--burst", type=int, default=dl.DEFAULT_BURST, help="tokens per delta of stream-burst")
     p.add_argument("--tokenizer", help="directory with the real tiktoken.model and tokenizer_config.json")
+    p.add_argument("--bench", type=Path, help="a `k2conform bench --json` file: add its streaming-cost check to the reports")
     p.set_defaults(handler=cmd_run)
 
     p = sub.add_parser("report", help="rebuild the reports from a results JSON written by run --json")
@@ -311,6 +312,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     passed = verdict.passed if entries is not None else not verdict.adapter_errors and not any(
         cell.outcome in FINDINGS for cell in cells)
     results["adapter_errors"] = verdict.adapter_errors
+    if args.bench:
+        from k2conform.bench import streaming_cost
+
+        results["streaming_cost"] = streaming_cost(_read_results(args.bench))
     if entries is not None:
         results["gate"] = {"passed": passed, "new": len(verdict.new), "baselined": len(verdict.baselined),
                            "stale": [e.to_json() for e in verdict.stale],

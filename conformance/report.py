@@ -128,7 +128,43 @@ def markdown(results: dict[str, Any]) -> str:
     if gate:
         lines += ["", f"**Gate:** {'PASS' if gate['passed'] else 'FAIL'}: {gate['new']} new disagreement(s), "
                       f"{gate['baselined']} baselined, {len(gate['stale'])} stale baseline entr(y/ies)."]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + streaming_cost_lines(results)) + "\n"
+
+
+_STREAMING_COLUMNS = ("adapter", "version", "delivery", "exponent", "finding", "sizes (KB)", "µs per delta")
+
+
+def streaming_cost_rows(results: dict[str, Any]) -> list[list[str]]:
+    """The streaming-cost check added by ``run --bench``: per adapter and streaming delivery,
+    the scaling exponent, the ``superlinear`` finding (or ``ok``) and its evidence."""
+    rows = []
+    for row in results.get("streaming_cost") or ():
+        evidence = row["evidence"]
+        capped = f" (capped after {evidence['capped']['after_kb']} KB)" if evidence.get("capped") else ""
+        rows.append([row["adapter"], row.get("version") or "-", row["delivery"],
+                     "-" if row["exponent"] is None else f"{row['exponent']:.2f}", row["finding"] or "ok",
+                     ", ".join(map(str, evidence["sizes_kb"])) + capped,
+                     ", ".join(f"{c:.1f}" for c in evidence["per_delta_us"])])
+    return rows
+
+
+def _streaming_cost_note(results: dict[str, Any]) -> str:
+    threshold = (results.get("streaming_cost") or [{}])[0].get("threshold")
+    return ("Exponent of the total streaming time against the output size (one call whose JSON arguments are "
+            f"N KB; 1 is linear, 2 quadratic); above {threshold} the adapter gets a superlinear finding.")
+
+
+def streaming_cost_lines(results: dict[str, Any]) -> list[str]:
+    """The "Streaming cost" section of the Markdown summary (empty without ``run --bench``)."""
+    rows = streaming_cost_rows(results)
+    if not rows:
+        return []
+    lines = ["", "### Streaming cost", "", _streaming_cost_note(results), "",
+             "| " + " | ".join(_STREAMING_COLUMNS) + " |", "|---" * len(_STREAMING_COLUMNS) + "|"]
+    for cells in rows:
+        cells = [f"**{c}**" if c == "superlinear" else c for c in cells]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
 
 
 def _header_warnings(results: dict[str, Any], prefix: str) -> list[str]:
@@ -208,7 +244,16 @@ def html_page(results: dict[str, Any]) -> str:
         for adapter, key in keys.items():
             same[key].append(adapter)
         parts.append(f"<tr><td>{esc(case_id)}</td><td>{esc(' | '.join(', '.join(v) for v in same.values()))}</td></tr>")
-    parts.append("</table></body></html>")
+    parts.append("</table>")
+    streaming = streaming_cost_rows(results)
+    if streaming:
+        parts.append("<h2>Streaming cost</h2><p>" + esc(_streaming_cost_note(results)) + "</p><table><tr>"
+                     + "".join(f"<th>{esc(c)}</th>" for c in _STREAMING_COLUMNS) + "</tr>")
+        for cells in streaming:
+            parts.append("<tr>" + "".join(f"<td class='differs'>{esc(c)}</td>" if c == "superlinear" else f"<td>{esc(c)}</td>"
+                                          for c in cells) + "</tr>")
+        parts.append("</table>")
+    parts.append("</body></html>")
     return "\n".join(parts)
 
 
