@@ -192,7 +192,7 @@ def _worker(conn: Connection, config: RunConfig, silence: bool = True) -> None:
     except BaseException:  # noqa: BLE001 - reported to the parent as a harness error
         conn.send(("harness-error", traceback.format_exc()))
         return
-    conn.send(("ready", {name: (a.status, a.reason) for name, a in availability.items()}))
+    conn.send(("ready", {adapters[spec].name: (a.status, a.reason) for spec, a in availability.items()}))
     whole_results: dict = {}  # one-shot results, reused by every stream cell of the same case
     while True:
         task = conn.recv()
@@ -235,6 +235,8 @@ class Matrix:
         self.context = multiprocessing.get_context("spawn")
         self.availability: dict[str, tuple[str, str]] = {}
         self.restarts = 0
+        # Cells carry the adapter's display name (``NAME=cmd:...`` → NAME), lost ones too.
+        self.display_names = {spec: create_adapter(spec).name for spec in config.adapters}
 
     def _start(self) -> _Slot:
         parent, child = self.context.Pipe()
@@ -296,7 +298,8 @@ class Matrix:
         return cells
 
     def _lost(self, task: tuple[str, str, str], kind: str) -> Cell:
-        case_id, adapter, mode = task
+        case_id, spec, mode = task
+        adapter = self.display_names.get(spec, spec)
         if kind == "timeout":
             reason = f"no result within {self.config.timeout:g} s; worker restarted"
             return Cell(case_id, adapter, mode, "timeout", observed=Result.failed("timeout", reason).to_json())
