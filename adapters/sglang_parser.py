@@ -49,7 +49,7 @@ class SglangAdapter(Adapter):
 
     name = "sglang"
     package = "sglang"
-    supported_versions = ("0.5.23",)
+    supported_versions = ("0.5.22", "0.5.23")  # 0.5.22 checked: identical results on every cell
     description = "SGLang server: --tool-call-parser kimi_k2 [--reasoning-parser kimi_k2]"
 
     def __init__(self) -> None:
