@@ -18,6 +18,12 @@ class ReferenceAdapter(Adapter):
 
     def parse_stream(self, request: Request, deltas: Sequence[Delta]) -> list[StreamEvent]:
         parser = ReferenceParser(request)
-        events = [call_parser(parser.feed, delta.text) for delta in deltas]
-        events.append(call_parser(parser.finish))
-        return [event for event in events if event is not None]
+        return call_parser(_feed_all, parser, deltas)
+
+
+def _feed_all(parser: ReferenceParser, deltas: Sequence[Delta]) -> list[StreamEvent]:
+    """Every delta, then the end of the stream; the events sent (one parser call, not one per delta)."""
+    feed = parser.feed
+    events = [feed(delta.text) for delta in deltas]
+    events.append(parser.finish())
+    return [event for event in events if event is not None]
