@@ -408,19 +408,34 @@ def fuzz_targets(root: Path) -> list[Path]:
     return sorted((root / "fuzz").glob("fuzz_*.py"))
 
 
-def fuzz_speed(target: Path, seconds: int) -> dict[str, Any]:
-    """Executions per second of one atheris target in a bounded run (libFuzzer's own count)."""
-    command = [sys.executable, str(target), f"-max_total_time={seconds}", "-print_final_stats=1"]
-    try:
-        completed = subprocess.run(command, capture_output=True, text=True, timeout=seconds + 60,
-                                   cwd=target.parent.parent)
-    except subprocess.TimeoutExpired:
-        return {"target": target.name, "error": "did not stop in time"}
-    output = completed.stdout + completed.stderr
+def fuzz_speeds(targets: Sequence[Path], seconds: int) -> list[dict[str, Any]]:
+    """Executions per second of each atheris target in a bounded run (libFuzzer's own count).
+    The targets run at the same time (the bench's wall-time budget), findings go to a
+    temporary directory, never into the checkout."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as findings:
+        processes = [subprocess.Popen(
+            [sys.executable, str(t), "--findings", findings, f"-max_total_time={seconds}", "-print_final_stats=1"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=t.parent.parent) for t in targets]
+        rows = []
+        for target, process in zip(targets, processes):
+            try:
+                output, _ = process.communicate(timeout=seconds + 120)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.communicate()
+                rows.append({"target": target.name, "error": "did not stop in time"})
+                continue
+            rows.append(_fuzz_row(target, seconds, process.returncode, output))
+    return rows
+
+
+def _fuzz_row(target: Path, seconds: int, returncode: int, output: str) -> dict[str, Any]:
     runs = re.findall(r"stat::number_of_executed_units:\s*(\d+)", output)
     speeds = re.findall(r"exec/s:\s*(\d+)", output)
     if not speeds and not runs:
-        return {"target": target.name, "error": f"exit {completed.returncode}: {output.strip()[-300:]}"}
+        return {"target": target.name, "error": f"exit {returncode}: {output.strip()[-300:]}"}
     row: dict[str, Any] = {"target": target.name, "seconds": seconds}
     if speeds:
         row["exec_per_s"] = int(speeds[-1])
@@ -589,11 +604,11 @@ def run_bench(names: Sequence[str], *, quick: bool = False, reps: int | None = N
     from k2conform.tokenizer import load_tokenizer
 
     started = time.monotonic()
-    max_seconds = max_seconds if max_seconds is not None else (30.0 if quick else 100.0)
+    max_seconds = max_seconds if max_seconds is not None else (30.0 if quick else 55.0)
     deadline = started + max_seconds
     sizes = QUICK_SIZES_KB if quick else SIZES_KB
     reps = reps or (2 if quick else 3)
-    series_budget = series_budget or (2.0 if quick else 9.0)
+    series_budget = series_budget or (5.0 if quick else 9.0)
     tokenizer = load_tokenizer()
     adapters, rows = {}, []
     for name in names:
@@ -632,15 +647,16 @@ def run_bench(names: Sequence[str], *, quick: bool = False, reps: int | None = N
                                   "peak_kib": round(peak_memory(adapter, request, delivery) / 1024, 1)})
     if harness:
         log("harness: the matrix's cell function over a corpus sample")
-        doc["harness"] = harness_cost(adapters, tokenizer, budget=2.0 if quick else 3.0,
+        doc["harness"] = harness_cost(adapters, tokenizer, budget=2.0,
                                       max_cases=12 if quick else None)
     if run_results is not None:
         doc["run_results"] = run_results_cost(run_results)
     if fuzz_seconds:
         root = Path(__file__).resolve().parent.parent
         targets = fuzz_targets(root)
-        doc["fuzz"] = {"targets": [fuzz_speed(t, fuzz_seconds) for t in targets],
-                       "note": "" if targets else "no fuzz/fuzz_*.py targets in this checkout"}
+        doc["fuzz"] = {"targets": fuzz_speeds(targets, fuzz_seconds), "concurrent": True,
+                       "note": f"{len(targets)} targets run at the same time on {os.cpu_count()} cores" if targets
+                       else "no fuzz/fuzz_*.py targets in this checkout"}
     doc["wall_seconds"] = time.monotonic() - started
     return doc
 
@@ -655,9 +671,9 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--quick", action="store_true", help="small sizes, two repetitions, no fuzzing (seconds)")
     p.add_argument("--reps", type=int, help="repetitions per point (default 3; quick 2)")
     p.add_argument("--series-budget", type=float, help="seconds per adapter x workload x delivery (default 9)")
-    p.add_argument("--max-seconds", type=float, help="stop measuring new sizes after this long (default 100)")
+    p.add_argument("--max-seconds", type=float, help="stop measuring new sizes after this long (default 55)")
     p.add_argument("--no-harness", action="store_true", help="skip the harness-cost measurement")
-    p.add_argument("--fuzz-seconds", type=int, default=None, help="bounded run per fuzz target (default 5; quick 0)")
+    p.add_argument("--fuzz-seconds", type=int, default=None, help="bounded run per fuzz target (default 3; quick 0)")
     p.add_argument("--run-results", type=Path, help="a k2conform run --json file: report its wall time and cell time")
     p.set_defaults(handler=cmd_bench)
 
@@ -666,7 +682,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from k2conform.registry import adapter_names
 
     names = args.adapter or adapter_names()
-    fuzz_seconds = args.fuzz_seconds if args.fuzz_seconds is not None else (0 if args.quick else 5)
+    fuzz_seconds = args.fuzz_seconds if args.fuzz_seconds is not None else (0 if args.quick else 3)
     doc = run_bench(names, quick=args.quick, reps=args.reps, series_budget=args.series_budget,
                     max_seconds=args.max_seconds, harness=not args.no_harness, fuzz_seconds=fuzz_seconds,
                     run_results=args.run_results, log=lambda line: print(line, file=sys.stderr, flush=True))

@@ -1,0 +1,127 @@
+"""``k2conform bench``: the exponent fit, the superlinear check, the command's JSON and PNG,
+and the reference parser's streaming work counted in operations (never in time)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from k2conform import bench
+from k2conform.cli import main
+from k2conform.delivery import cut
+from k2conform.reference.parser import ReferenceParser
+from k2conform.report import streaming_cost_lines, streaming_cost_rows
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+SIZES = [1, 4, 10, 40, 100, 400]
+
+
+def test_exponent_of_a_quadratic_series_is_two_and_of_a_linear_one_is_one():
+    assert bench.fit_exponent(SIZES, [3e-6 * s * s + 1e-9 for s in SIZES]) == pytest.approx(2.0, abs=0.01)
+    assert bench.fit_exponent(SIZES, [5e-4 * s for s in SIZES]) == pytest.approx(1.0, abs=1e-9)
+    assert bench.fit_exponent(SIZES, [0.25] * len(SIZES)) == pytest.approx(0.0, abs=1e-9)
+    assert bench.fit_exponent([10], [1.0]) is None
+
+
+def test_the_exponent_is_fitted_from_10_kb_up():
+    # cheap and flat below 10 KB (fixed costs), quadratic above: the fit sees the quadratic part
+    costs = [0.01, 0.01, 1e-4 * 10**2, 1e-4 * 40**2, 1e-4 * 100**2, 1e-4 * 400**2]
+    exponent, fitted = bench.series_exponent(SIZES, costs)
+    assert fitted == [10, 40, 100, 400] and exponent == pytest.approx(2.0)
+    exponent, fitted = bench.series_exponent([1, 4, 10], [1, 4, 10])
+    assert fitted == [1, 4, 10] and exponent == pytest.approx(1.0)
+
+
+def _series(adapter, delivery, per_delta_us, workload="args"):
+    deltas = [s * 250 for s in SIZES]
+    seconds = [c * d / 1e6 for c, d in zip(per_delta_us, deltas)]
+    exponent, fitted = bench.series_exponent(SIZES, seconds)
+    return {"adapter": adapter, "version": "1.0", "workload": workload, "delivery": delivery, "sizes_kb": SIZES,
+            "median_s": seconds, "per_delta_us": per_delta_us, "throughput_kchars_s": [1.0] * 6,
+            "exponent": exponent, "fitted_sizes_kb": fitted, "capped": None}
+
+
+def test_superlinear_flag_only_above_the_threshold_with_evidence():
+    assert bench.is_superlinear(1.31) and not bench.is_superlinear(1.3) and not bench.is_superlinear(None)
+    doc = {"series": [
+        _series("linear", "stream-4char", [10.0] * 6),
+        _series("quadratic", "stream-4char", [s * 0.5 for s in SIZES]),  # per-delta cost grows with the text
+        _series("quadratic", "whole", [s * 0.5 for s in SIZES]),  # one-shot: not a streaming finding
+        _series("quadratic", "stream-token", [s * 0.5 for s in SIZES], workload="content"),
+    ]}
+    rows = bench.streaming_cost(doc)
+    assert [(r["adapter"], r["delivery"]) for r in rows] == [("linear", "stream-4char"), ("quadratic", "stream-4char")]
+    linear, quadratic = rows
+    assert linear["finding"] is None and linear["exponent"] == pytest.approx(1.0)
+    assert quadratic["finding"] == "superlinear" and quadratic["exponent"] == pytest.approx(2.0)
+    assert quadratic["evidence"]["sizes_kb"] == SIZES and quadratic["evidence"]["per_delta_us"][-1] == 200.0
+    lines = streaming_cost_lines({"streaming_cost": rows})
+    assert "### Streaming cost" in lines and any("**superlinear**" in line and "quadratic" in line for line in lines)
+    assert [r[4] for r in streaming_cost_rows({"streaming_cost": rows})] == ["ok", "superlinear"]
+    assert streaming_cost_lines({}) == []
+
+
+def test_bench_quick_on_the_reference_writes_json_and_a_png(tmp_path, capsys):
+    out, png = tmp_path / "bench.json", tmp_path / "bench.png"
+    status = main(["bench", "--adapter", "reference", "--quick", "--json", str(out), "--plot", str(png),
+                   "--series-budget", "30", "--max-seconds", "300"])  # all sizes even on a loaded machine
+    assert status == 0
+    doc = json.loads(out.read_text())
+    assert doc["quick"] and doc["errors"] == {}
+    assert {a["name"]: a["status"] for a in doc["adapters"]} == {"reference": "ok"}
+    kinds = {(r["workload"], r["delivery"]) for r in doc["series"]}
+    assert {(w, d) for w in ("args", "content", "parallel") for d in bench.DELIVERIES} <= kinds
+    for row in doc["series"]:
+        assert len(row["sizes_kb"]) == len(row["median_s"]) == len(row["per_delta_us"]) == len(row["reps"])
+        assert all(t > 0 for t in row["median_s"])
+    args = [r for r in doc["series"] if r["workload"] == "args"]
+    assert all(r["sizes_kb"] == list(bench.QUICK_SIZES_KB) and r["exponent"] is not None for r in args)
+    assert {r["delivery"] for r in doc["streaming_cost"]} == set(bench.STREAMING)
+    assert doc["memory"] and all(m["peak_kib"] > 0 for m in doc["memory"])
+    assert doc["harness"][0]["cells"] > 0 and 0 <= doc["harness"][0]["outside_share"] <= 1
+    assert png.read_bytes().startswith(PNG_SIGNATURE)
+    assert "exponent" in capsys.readouterr().out
+
+
+def test_the_plain_png_writer_needs_no_matplotlib(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import fails as when it is not installed
+    doc = {"k2conform": "x", "series": [_series("reference", "stream-4char", [3.0] * 6),
+                                        _series("sglang", "whole", [s * 0.5 for s in SIZES])]}
+    assert bench.plot(doc, tmp_path / "p.png") == "raster"
+    data = (tmp_path / "p.png").read_bytes()
+    assert data.startswith(PNG_SIGNATURE) and b"IEND" in data[-12:]
+
+
+def _operations(text: str) -> int:
+    """Function calls (Python and C) made while streaming ``text`` in 4-character deltas."""
+    deltas = [d.text for d in cut(text, range(4, len(text), 4))]
+    parser = ReferenceParser(bench.workload("args", 1)[1])
+    count = 0
+
+    def profile(frame, event, arg):
+        nonlocal count
+        if event in ("call", "c_call"):
+            count += 1
+
+    sys.setprofile(profile)
+    try:
+        for delta in deltas:
+            parser.feed(delta)
+        parser.finish()
+    finally:
+        sys.setprofile(None)
+    return count
+
+
+def test_reference_streaming_work_is_linear_in_operations():
+    """A constant number of operations per delta: the exponent of the operation count
+    against the size stays at 1 (a parser that rescans would show 2)."""
+    sizes = [4, 16, 64]
+    texts = [bench.workload("args", size)[0] for size in sizes]
+    operations = [_operations(text) for text in texts]
+    exponent = bench.fit_exponent([len(t) for t in texts], operations)
+    assert exponent == pytest.approx(1.0, abs=0.05), operations
+    per_delta = [ops / (len(t) / 4) for ops, t in zip(operations, texts)]
+    assert max(per_delta) < 40, per_delta
