@@ -276,7 +276,7 @@ def test_minimiser_shrinks_sglangs_partial_marker_leak_with_text_level_splits():
 def test_minimize_cli_on_an_agreeing_input_exits_1(tmp_path):
     payload = tmp_path / "ok.json"
     payload.write_text(json.dumps({"model_output": "hello", "delivery": "whole"}))
-    done = subprocess.run([sys.executable, "-m", "k2conform.cli", "minimize", str(payload), "--adapter", "reference",
+    done = subprocess.run([str(Path(sys.executable).parent / "k2conform"), "minimize", str(payload), "--adapter", "reference",
                            "--out", str(tmp_path)], capture_output=True, text=True)
     assert done.returncode == 1 and "no disagreement" in done.stderr
 
@@ -327,9 +327,11 @@ def test_roundtrip_target_runs_without_crashing(tmp_path):
 
 
 def test_fuzz_cli_reports_executions_per_second(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "k2conform.cli", "fuzz", "reference", "--runs", "300",
-                           "--findings", str(tmp_path), str(tmp_path)], capture_output=True, text=True, timeout=600)
+    done = subprocess.run([sys.executable, "-m", "k2conform.cli", "fuzz", "reference", str(tmp_path), "--runs", "300",
+                           "--findings", str(tmp_path)], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "exec/s" in done.stdout and "300 executions" in done.stdout
-    usage = subprocess.run([sys.executable, "-m", "k2conform.cli", "fuzz", "reference"], capture_output=True, text=True)
+    # the console script (under ``python -m k2conform.cli`` the module is __main__, another UsageError class)
+    usage = subprocess.run([str(Path(sys.executable).parent / "k2conform"), "fuzz", "reference"],
+                           capture_output=True, text=True)
     assert usage.returncode == 2 and "--seconds" in usage.stderr

@@ -4,6 +4,7 @@
     k2conform fuzz differential --seconds 600 [--adapter vllm] [--delivery stream-char] [--findings DIR]
     k2conform fuzz roundtrip --runs 2000
     k2conform fuzz seed-corpus [OUT]
+    k2conform fuzz reference DIR... --runs 1000   (corpus directories right after the target name)
 
 The target runs in a subprocess (libFuzzer owns its process and ends it with exit());
 without corpus directories it uses ``fuzz/work/NAME`` (new inputs) and the seed corpus
