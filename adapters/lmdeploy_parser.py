@@ -30,9 +30,9 @@ from typing import Any, Sequence
 
 from k2conform import markers
 from k2conform.adapter import (
+    import_parser_package,
     Adapter,
     AdapterGlueError,
-    AdapterUnavailable,
     call_parser,
     require_api,
 )
@@ -64,12 +64,7 @@ class LmdeployAdapter(Adapter):
     def load(self) -> None:
         if self._loaded:
             return
-        try:
-            import lmdeploy  # noqa: F401
-        except ModuleNotFoundError as exc:
-            if exc.name and exc.name.split(".")[0] == "lmdeploy":
-                raise AdapterUnavailable(f"lmdeploy is not installed: {exc}") from exc
-            raise AdapterGlueError("import lmdeploy", f"a dependency is missing: {exc}") from exc
+        lmdeploy = import_parser_package("lmdeploy")
         try:
             from lmdeploy.serve.openai import protocol
             from lmdeploy.serve.parsers import ResponseParserManager
@@ -94,8 +89,6 @@ class LmdeployAdapter(Adapter):
                 raise AdapterGlueError("ResponseParser.set_parsers", f"{type(exc).__name__}: {exc}") from exc
             self._classes[thinking] = cls
         self._request_cls = protocol.ChatCompletionRequest
-        import lmdeploy
-
         self._version = getattr(lmdeploy, "__version__", None)
         self._loaded = True
 

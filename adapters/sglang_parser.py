@@ -32,9 +32,9 @@ import json
 from typing import Any, Sequence
 
 from k2conform.adapter import (
+    import_parser_package,
     Adapter,
     AdapterGlueError,
-    AdapterUnavailable,
     call_parser,
     require_api,
 )
@@ -60,12 +60,7 @@ class SglangAdapter(Adapter):
     def load(self) -> None:
         if self._loaded:
             return
-        try:
-            import sglang
-        except ModuleNotFoundError as exc:
-            if exc.name and exc.name.split(".")[0] == "sglang":
-                raise AdapterUnavailable(f"sglang is not installed: {exc}") from exc
-            raise AdapterGlueError("import sglang", f"a dependency is missing: {exc}") from exc
+        sglang = import_parser_package("sglang")
         try:
             from sglang.srt.entrypoints.openai import protocol
             from sglang.srt.function_call import function_call_parser

@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 from typing import Any, Sequence
 
-from k2conform.adapter import Adapter, AdapterGlueError, AdapterUnavailable, call_parser, require_api
+from k2conform.adapter import Adapter, AdapterGlueError, AdapterUnavailable, call_parser, require_api, import_parser_package
 from k2conform.model import Delta, Request, Result, StreamEvent, ToolCall, ToolCallDelta
 from k2conform_adapters.vllm_parser import MODEL_NAME, _mask_id, load_kimi_tokenizer
 
@@ -58,12 +58,7 @@ class VllmLegacyAdapter(Adapter):
                 f"{'/'.join(s.rstrip('.') for s in LEGACY_SERIES)}: run it in its own environment "
                 "with --adapter 'cmd:/that/venv/bin/k2conform serve-adapter vllm-legacy'"
             )
-        try:
-            import vllm
-        except ModuleNotFoundError as exc:
-            if exc.name and exc.name.split(".")[0] == "vllm":
-                raise AdapterUnavailable(f"vllm is not installed: {exc}") from exc
-            raise AdapterGlueError("import vllm", f"a dependency is missing: {exc}") from exc
+        vllm = import_parser_package("vllm")
         try:
             from vllm.entrypoints.openai import protocol
             from vllm.entrypoints.openai.tool_parsers import ToolParserManager

@@ -31,9 +31,9 @@ from typing import Any, Sequence
 
 from k2conform import markers
 from k2conform.adapter import (
+    import_parser_package,
     Adapter,
     AdapterGlueError,
-    AdapterUnavailable,
     call_parser,
     require_api,
 )
@@ -85,12 +85,7 @@ class VllmAdapter(Adapter):
     def load(self) -> None:
         if self._loaded:
             return
-        try:
-            import vllm
-        except ModuleNotFoundError as exc:
-            if exc.name and exc.name.split(".")[0] == "vllm":
-                raise AdapterUnavailable(f"vllm is not installed: {exc}") from exc
-            raise AdapterGlueError("import vllm", f"a dependency is missing: {exc}") from exc
+        vllm = import_parser_package("vllm")
         try:
             from vllm.entrypoints.openai.chat_completion import message_assembly, protocol
             from vllm.entrypoints.openai.chat_completion import stream_processor

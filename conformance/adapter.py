@@ -15,8 +15,10 @@ bug can never be counted against the parser it wraps.
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
 from abc import ABC, abstractmethod
+from types import ModuleType
 from typing import Any, Callable, ClassVar, Sequence, TypeVar
 
 from k2conform.model import Delta, Request, Result, StreamEvent
@@ -50,6 +52,17 @@ def call_parser(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return function(*args, **kwargs)
     except Exception as exc:  # noqa: BLE001 - every parser exception is a finding
         raise ParserCrash(exc) from exc
+
+
+def import_parser_package(name: str) -> ModuleType:
+    """Import the parser's top-level package: missing → unavailable; a missing dependency of
+    an installed package → glue error (the closure the adapter was written for has changed)."""
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name and exc.name.split(".")[0] == name:
+            raise AdapterUnavailable(f"{name} is not installed: {exc}") from exc
+        raise AdapterGlueError(f"import {name}", f"a dependency is missing: {exc}") from exc
 
 
 def require_api(owner: Any, *names: str, owner_name: str | None = None) -> None:
