@@ -182,7 +182,9 @@ class AphroditeRustAdapter(Adapter):
             events.append(StreamEvent(content=content, tool_calls=tuple(calls)))
         return events
 
-    def repro_script(self, request: Request, deltas: Sequence[str], mode: str) -> str:
+    def repro_script(self, request: Request, deltas: Sequence[Delta], mode: str, *,
+                     expected: dict | None = None, case_id: str = "case") -> str:
+        """A standalone script that drives the parser the same way, importing only its package."""
         from k2conform_adapters._repro import aphrodite_script
 
-        return aphrodite_script(request, deltas, mode)
+        return aphrodite_script(request, deltas, mode, expected, case_id)

@@ -145,10 +145,12 @@ class LmdeployAdapter(Adapter):
                 events.append(StreamEvent(content=content, reasoning=reasoning, tool_calls=calls))
         return events
 
-    def repro_script(self, request: Request, deltas: Sequence[str], mode: str) -> str:
+    def repro_script(self, request: Request, deltas: Sequence[Delta], mode: str, *,
+                     expected: dict | None = None, case_id: str = "case") -> str:
+        """A standalone script that drives the parser the same way, importing only its package."""
         from k2conform_adapters._repro import lmdeploy_script
 
-        return lmdeploy_script(request, deltas, mode)
+        return lmdeploy_script(request, deltas, mode, expected, case_id)
 
 
 def _mask(tool_id: str | None, masked: list[str]) -> str | None:

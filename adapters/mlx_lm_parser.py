@@ -195,11 +195,12 @@ class MlxLmAdapter(Adapter):
         self.load()
         return self._run(request, [d.text for d in deltas], stream=True)[0]
 
-    def repro_script(self, request: Request, deltas: Sequence[str], mode: str) -> str:
-        """A standalone script: mlx-lm's ``parse_tool_call`` on each section the server cuts out."""
+    def repro_script(self, request: Request, deltas: Sequence[Delta], mode: str, *,
+                     expected: dict | None = None, case_id: str = "case") -> str:
+        """A standalone script that drives the parser the same way, importing only its package."""
         from k2conform_adapters._repro import mlx_lm_script
 
-        return mlx_lm_script(request, deltas, mode)
+        return mlx_lm_script(request, deltas, mode, expected, case_id)
 
 
 class _ToolCallFormatter:

@@ -222,6 +222,14 @@ class SglangAdapter(Adapter):
                     events.append(StreamEvent(tool_calls=(rest,)))
         return events
 
+    def repro_script(self, request: Request, deltas: Sequence[Delta], mode: str, *,
+                     expected: dict | None = None, case_id: str = "case") -> str:
+        """A standalone script that drives sglang the same way, importing only sglang
+        (for ``k2conform report-finding``; templates in k2conform_adapters._repro)."""
+        from k2conform_adapters._repro import sglang_script
+
+        return sglang_script(request, deltas, mode, expected, case_id)
+
 
 def _unstreamed_arguments(tool_parser: Any) -> ToolCallDelta | None:
     """``_check_for_unstreamed_tool_args``: after the finishing delta, the part of the last

@@ -233,6 +233,14 @@ class VllmAdapter(Adapter):
                 events.append(event)
         return events
 
+    def repro_script(self, request: Request, deltas: Sequence[Delta], mode: str, *,
+                     expected: dict | None = None, case_id: str = "case") -> str:
+        """A standalone script that drives vllm the same way, importing only vllm
+        (for ``k2conform report-finding``; templates in k2conform_adapters._repro)."""
+        from k2conform_adapters._repro import vllm_script
+
+        return vllm_script(request, deltas, mode, expected, case_id)
+
 
 def _to_event(message: Any, masked: list[str]) -> StreamEvent | None:
     """A ``DeltaMessage`` as a ``StreamEvent``; None for a message with nothing in it

@@ -52,7 +52,8 @@ Adapters in another process (the adapter protocol, docs/adapter-protocol.md):
 
 #: Modules that each add one subcommand with ``add_parser(subparsers)``; their handlers
 #: raise UsageError for bad input and return the exit status.
-COMMAND_MODULES: tuple[str, ...] = ("k2conform.serve_adapter", "k2conform.fake_engine", "k2conform.fuzzing.cli", "k2conform.minimize", "k2conform.bench")
+COMMAND_MODULES: tuple[str, ...] = ("k2conform.serve_adapter", "k2conform.fake_engine", "k2conform.fuzzing.cli", "k2conform.minimize", "k2conform.bench",
+                                   "k2conform.report_finding")
 
 
 class UsageError(Exception):

@@ -129,7 +129,7 @@ def test_the_example_adapter_follows_the_contract(corpus):
         case = next(c for c in corpus.completions if c.id == "y_spec_single_call")
         result = execute(adapter, case.request, Delivery("whole", (Delta(case.model_output),)))
         assert result.outcome == "ok" and result.tool_calls[0].name == case.expected.tool_calls[0].name
-        script = adapter.repro_script(case.request, [case.model_output], "whole")
+        script = adapter.repro_script(case.request, [Delta(case.model_output)], "whole")
         assert "k2conform" not in script.replace("k2conform_example_adapter", "")
     finally:
         sys.path.remove(str(EXAMPLE))

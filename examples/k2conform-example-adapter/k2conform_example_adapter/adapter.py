@@ -42,9 +42,10 @@ class TinyAdapter(Adapter):
             ),
         )]
 
-    def repro_script(self, request: Request, deltas: Sequence[str], mode: str) -> str:
-        """A standalone script for ``k2conform report-finding`` (only this package imported)."""
-        text = "".join(deltas)
+    def repro_script(self, request: Request, deltas: Sequence[Delta], mode: str, **context: object) -> str:
+        """A standalone script for ``k2conform report-finding`` (only this package imported);
+        ``context`` holds ``expected`` and ``case_id``."""
+        text = "".join(d.text for d in deltas)
         return "\n".join([
             "import json",
             "from k2conform_example_adapter import tinyparser",
