@@ -263,8 +263,11 @@ class Matrix:
 
     def run(self, tasks: Sequence[tuple[str, str, str]]) -> list[Cell]:
         jobs = max(1, min(self.config.jobs or os.cpu_count() or 1, len(tasks) or 1))
-        pending = list(reversed(tasks))
         slots = [self._start() for _ in range(jobs)]
+        # An adapter whose package is not installed is reported once (``availability``),
+        # not as a cell per case and mode.
+        tasks = [t for t in tasks if self._status(t[1]) != "unavailable"]
+        pending = list(reversed(tasks))
         cells: list[Cell] = []
         try:
             while pending or any(s.task for s in slots):
@@ -296,6 +299,9 @@ class Matrix:
             for slot in slots:
                 self._stop(slot)
         return cells
+
+    def _status(self, spec: str) -> str:
+        return self.availability.get(self.display_names.get(spec, spec), ("ok", ""))[0]
 
     def _lost(self, task: tuple[str, str, str], kind: str) -> Cell:
         case_id, spec, mode = task

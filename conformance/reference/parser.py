@@ -38,11 +38,13 @@ class State(enum.Enum):
 
 _SECTION_BEGINS = (mk.SECTION_BEGIN, mk.SECTION_BEGIN_SINGULAR)
 _SECTION_ENDS = (mk.SECTION_END, mk.SECTION_END_SINGULAR)
+#: Markers that only make sense inside a section: outside one they are dropped, never text.
+_STRAY_OUTSIDE_SECTION = (*_SECTION_ENDS, mk.ARGUMENT_BEGIN, mk.CALL_END)
 
 #: The markers each state reacts to; any other text there is that state's text.
 _STATE_MARKERS: dict[State, tuple[str, ...]] = {
-    State.THINK: (mk.THINK_END, *_SECTION_BEGINS, mk.CALL_BEGIN, mk.IM_END),
-    State.TEXT: (*_SECTION_BEGINS, mk.CALL_BEGIN, mk.IM_END),
+    State.THINK: (mk.THINK_END, *_SECTION_BEGINS, mk.CALL_BEGIN, mk.IM_END, *_STRAY_OUTSIDE_SECTION),
+    State.TEXT: (*_SECTION_BEGINS, mk.CALL_BEGIN, mk.IM_END, *_STRAY_OUTSIDE_SECTION),
     State.SECTION: (mk.CALL_BEGIN, *_SECTION_ENDS, mk.IM_END, mk.ARGUMENT_BEGIN, mk.CALL_END, *_SECTION_BEGINS),
     State.HEADER: (mk.ARGUMENT_BEGIN, mk.CALL_BEGIN, *_SECTION_ENDS, mk.CALL_END, mk.IM_END, *_SECTION_BEGINS),
     State.ARGS: (mk.CALL_END, mk.CALL_BEGIN, *_SECTION_ENDS, mk.IM_END, mk.ARGUMENT_BEGIN, *_SECTION_BEGINS),
@@ -300,6 +302,9 @@ class ReferenceParser:
             self._fire("END.im-end")
             return
         if state in (State.TEXT, State.THINK):
+            if marker in _STRAY_OUTSIDE_SECTION:
+                self._fire("STRUCT.stray-marker")
+                return
             if state is State.THINK:
                 self._fire("THINK.end" if marker == mk.THINK_END else "THINK.implicit-end-at-section")
                 if marker == mk.THINK_END:

@@ -29,7 +29,7 @@ POLICIES: dict[str, str] = {
     "STRUCT.truncated-header": "A call cut off before its argument marker is dropped.",
     "STRUCT.call-without-section": "A call begin outside a section opens the section implicitly.",
     "STRUCT.section-noise": "Text inside a section but outside any call is dropped (never content); whitespace there is expected.",
-    "STRUCT.stray-marker": "A marker where the grammar has no place for it (an argument marker outside a call header, a section begin inside a section) is dropped.",
+    "STRUCT.stray-marker": "A marker where the grammar has no place for it (a section end, call end or argument marker outside a section; an argument marker outside a call header; a section begin inside a section) is dropped, never text.",
     "STRUCT.text-after-section": "Text after a section end is content, appended to the text before it.",
     "STRUCT.several-sections": "Several sections in one message are all parsed; call indexes continue across them.",
     "STRUCT.singular-section-markers": "`<|tool_call_section_begin|>` and `<|tool_call_section_end|>` are accepted as section markers.",
