@@ -39,6 +39,8 @@ MODE = {mode!r}  # "whole": the complete output at once; otherwise the deltas be
 # Each delta: [text, token ids] (token ids are empty for text-level deliveries).
 DELTAS = {deltas}
 TEXT = "".join(text for text, _ in DELTAS)
+# What each token id above decodes to (Kimi K2's tokenizer), for parsers that decode ids.
+TOKEN_TEXT = {token_text}
 EXPECTED = {expected}
 '''
 
@@ -119,9 +121,19 @@ def render(body: str, *, package: str, title: str, about: str, request: Request,
         tools=_literal([dict(t) for t in request.tools]),
         tool_choice=_literal(request.tool_choice), thinking=repr(bool(request.thinking)), mode=mode,
         deltas=_literal([[d.text, list(d.token_ids)] for d in deltas]),
-        expected=_literal(expected),
+        expected=_literal(expected), token_text=repr(_token_texts(deltas)),
     )
     return prologue + "\n" + textwrap.dedent(body).strip("\n") + "\n" + EPILOGUE
+
+
+def _token_texts(deltas: Sequence[Delta]) -> dict[int, str]:
+    ids = sorted({i for d in deltas for i in d.token_ids})
+    if not ids:
+        return {}
+    from k2conform.tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer()
+    return {i: tokenizer.decode([i]) for i in ids}
 
 
 def _literal(value: Any) -> str:
@@ -154,6 +166,9 @@ class KimiVocabulary:
         if isinstance(tokens, str):
             return self.VOCAB.get(tokens)
         return [self.VOCAB.get(t) for t in tokens]
+
+    def decode(self, ids, **kwargs):
+        return "".join(TOKEN_TEXT[i] for i in ids)
 
 
 def run():
