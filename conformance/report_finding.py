@@ -72,25 +72,37 @@ def add_parser(subparsers: Any) -> None:
     p.set_defaults(handler=cmd_report_finding)
 
 
+class _Usage(Exception):
+    """Bad input: one line on stderr, exit status 2 (handled here, so that it holds under
+    ``python -m k2conform.cli`` too, where the CLI's own UsageError is another class)."""
+
+
 def cmd_report_finding(args: argparse.Namespace) -> int:
-    from k2conform.cli import UsageError
+    try:
+        return _report_finding(args)
+    except _Usage as error:
+        print(f"k2conform report-finding: {error}", file=sys.stderr)
+        return 2
+
+
+def _report_finding(args: argparse.Namespace) -> int:
     from k2conform.tokenizer import load_tokenizer
 
     root = args.corpus or default_corpus_dir()
     cases = {c.id: c for c in load_corpus(root).completions}
     case = cases.get(args.case)
     if case is None:
-        raise UsageError(f"no completion case {args.case!r} under {root}")
+        raise _Usage(f"no completion case {args.case!r} under {root}")
     adapter = create_adapter(args.adapter)
     availability = load(adapter)
     if availability.status != "ok":
-        raise UsageError(f"adapter {adapter.name} is {availability.status} here: {availability.reason}")
+        raise _Usage(f"adapter {adapter.name} is {availability.status} here: {availability.reason}")
     tokenizer = load_tokenizer(args.tokenizer)
     config = RunConfig(root, (adapter.name,), (args.delivery,), seed=args.seed, burst=args.burst,
                        tokenizer=args.tokenizer)
     cell = run_cell(adapter, availability, case, args.delivery, tokenizer, config)
     if cell.outcome not in FINDINGS:
-        raise UsageError(f"{case.id} [{args.delivery}] is {cell.outcome} for {adapter.name}: not a finding")
+        raise _Usage(f"{case.id} [{args.delivery}] is {cell.outcome} for {adapter.name}: not a finding")
     variants = dl.deliveries(case.model_output, args.delivery, tokenizer, seed=dl.case_seed(args.seed, case.id),
                              recorded=case.deltas, burst=args.burst)
     variant = next((v for v in variants if v.label == cell.variant), variants[0])

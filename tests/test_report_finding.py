@@ -1,0 +1,160 @@
+"""``k2conform report-finding``: Markdown reports for findings of the shipped baseline, each
+with a standalone reproduction script that reproduces the finding on its own (run here once
+by the command with k2conform unimportable, and once more by the test as a plain script)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from k2conform.registry import create_adapter, load
+from k2conform.report_finding import MESSAGE_FIELDS
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _available(name: str) -> bool:
+    return load(create_adapter(name)).status == "ok"
+
+
+def _candidates(adapter: str) -> list[tuple[str, str]]:
+    """(case, mode) pairs from baseline.json whose fields a message-level script can show."""
+    entries = json.loads((ROOT / "baseline.json").read_text())["entries"]
+    picked: list[tuple[str, str]] = []
+    for entry in entries:
+        if entry["adapter"] != adapter or entry["outcome"] not in ("differs", "crash"):
+            continue
+        if not set(entry["fields"]) <= set(MESSAGE_FIELDS):
+            continue
+        for mode in ("whole", "stream-token"):
+            if "*" in entry["deliveries"] or mode in entry["deliveries"]:
+                picked += [(case, mode) for case in entry["cases"] if "*" not in case][:2]
+    return picked
+
+
+@pytest.fixture(scope="module")
+def findings(corpus):
+    """Per adapter, the baseline's findings that are findings of the current corpus too."""
+    from k2conform.runner import FINDINGS as FINDING_OUTCOMES, RunConfig, run_cell
+    from k2conform.tokenizer import load_tokenizer
+
+    cases = {c.id: c for c in corpus.completions}
+    tokenizer = load_tokenizer()
+    found: dict[str, list[tuple[str, str]]] = {}
+    for name in ("vllm", "sglang"):
+        adapter = create_adapter(name)
+        availability = load(adapter)
+        if availability.status != "ok":
+            continue
+        config = RunConfig(ROOT / "corpus", (name,))
+        found[name] = []
+        for case_id, mode in _candidates(name):
+            if case_id not in cases:
+                continue
+            cell = run_cell(adapter, availability, cases[case_id], mode, tokenizer, config)
+            if cell.outcome in FINDING_OUTCOMES and set(cell.fields) <= set(MESSAGE_FIELDS):
+                found[name].append((case_id, mode))
+            if len(found[name]) == 2 and any(m == "stream-token" for _, m in found[name]):
+                break
+            if len(found[name]) >= 3:
+                break
+    return found
+
+
+FINDINGS = [("vllm", 0), ("vllm", 1), ("sglang", 0), ("sglang", 1)]
+
+
+def _report(tmp_path: Path, adapter: str, case: str, mode: str, *extra: str) -> tuple[subprocess.CompletedProcess, Path]:
+    out = tmp_path / f"{adapter}-{case}-{mode}.md"
+    completed = subprocess.run(
+        [sys.executable, "-m", "k2conform.cli", "report-finding", case, "--adapter", adapter,
+         "--delivery", mode, "--out", str(out), "--compare", "reference", *extra],
+        capture_output=True, text=True, timeout=900,
+    )
+    return completed, out
+
+
+def test_at_least_three_findings_are_picked(findings):
+    if not findings:
+        pytest.skip("neither vllm nor sglang is installed here")
+    assert sum(len(v) for v in findings.values()) >= 3
+
+
+@pytest.mark.parametrize(("adapter", "index"), FINDINGS, ids=[f"{a}-{i}" for a, i in FINDINGS])
+def test_the_report_and_its_script_reproduce_a_baselined_finding(tmp_path, findings, adapter, index):
+    if adapter not in findings:
+        pytest.skip(f"{adapter} is not installed here")
+    case, mode = findings[adapter][index]
+    completed, out = _report(tmp_path, adapter, case, mode)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert "REPRODUCED" in completed.stderr
+    report = out.read_text()
+    for heading in ("## Model output", "## Request", "## Delivery", "## What the parser returned",
+                    "## What the spec expects", "## What other parsers return", "## Reproduction"):
+        assert heading in report
+    assert "reproduced on its own" in report and "**reproduced**" in report
+    assert "| reference |" in report
+    assert "⟦" in report  # markers made visible
+    script = out.with_suffix(".py")
+    text = script.read_text()
+    assert "k2conform" not in text  # the script uses only the parser's own package
+    assert f"```python\n{text.rstrip()}\n```" in report  # the report shows exactly the script that ran
+    # On its own, as a maintainer runs it: exit 1 = the bug reproduces.
+    alone = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert alone.returncode == 1, alone.stdout[-2000:] + alone.stderr[-2000:]
+    assert "REPRODUCED" in alone.stdout
+
+
+def test_a_streamed_finding_lists_its_deltas(tmp_path, findings):
+    streamed = [(a, c) for a, pairs in findings.items() for c, m in pairs if m == "stream-token"]
+    if not streamed:
+        pytest.skip("no token-stream finding of vllm/sglang here")
+    adapter, case = streamed[0]
+    completed, out = _report(tmp_path, adapter, case, "stream-token")
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    report = out.read_text()
+    assert "| # | delta (markers visible) | token ids |" in report
+    assert "| 0 | `\"" in report and " | 1635" in report  # deltas with their token ids
+
+
+def test_a_crash_is_reproduced_as_a_crash(tmp_path):
+    if not _available("vllm"):
+        pytest.skip("vllm is not installed here")
+    completed, out = _report(tmp_path, "vllm", "y_json_deep_nesting_1000_levels", "whole")
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert "the parser raises on its own" in out.read_text()
+
+
+def test_a_cell_that_agrees_is_not_a_finding(tmp_path):
+    completed, _ = _report(tmp_path, "reference", "y_spec_single_call", "whole")
+    assert completed.returncode == 2
+    assert "not a finding" in completed.stderr
+
+
+def test_usage_errors(tmp_path):
+    completed, _ = _report(tmp_path, "reference", "no_such_case", "whole")
+    assert completed.returncode == 2 and "no completion case" in completed.stderr
+
+
+def test_a_plugin_script_without_context_parameters(tmp_path, corpus):
+    """An adapter whose repro_script takes only (request, deltas, mode) still gets a report."""
+    from k2conform.report_finding import _script, reproduces, run_script
+    from k2conform.delivery import Delivery
+    from k2conform.model import Delta
+    from k2conform.runner import Cell
+
+    class Minimal:
+        def repro_script(self, request, deltas, mode):
+            return "import json\nprint(json.dumps({'content': 'x', 'reasoning': None, 'tool_calls': []}))\n"
+
+    case = next(c for c in corpus.completions if c.id == "y_spec_single_call")
+    script = _script(Minimal(), case, Delivery("whole", (Delta(case.model_output),)), None)
+    run = run_script(script)
+    cell = Cell(case.id, "minimal", "whole", "differs", fields=["count", "content"])
+    assert reproduces(case, cell, run)[0]
+    blocked = run_script("import k2conform\n")
+    assert blocked["status"] != 0 and "ModuleNotFoundError" in blocked["stderr"] or "ImportError" in blocked["stderr"]
