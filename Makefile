@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.k2conform-installed
 
-.PHONY: setup matrix test fuzz bench clean
+.PHONY: setup matrix test fuzz bench clean parsers-extra matrix-extra test-extra
 
 setup: $(STAMP)
 
@@ -23,6 +23,21 @@ matrix: setup
 
 test: setup
 	$(BIN)/python -m pytest
+
+# The extra real parsers (aphrodite's Rust parser, lmdeploy, mlx-lm): one venv each under
+# .venvs/<name> (their pins clash with vLLM's), run through the adapter protocol.  Not part
+# of `setup`: about 450 MB of wheels and 3-4 minutes more on a fresh machine.
+parsers-extra:
+	PYTHON=$(PYTHON) scripts/install-parsers.sh
+
+# The matrix with every shipped adapter plus the extra parsers (no baseline: a survey).
+matrix-extra: setup parsers-extra
+	scripts/install-parsers.sh --adapters | xargs -d '\n' $(BIN)/k2conform run \
+		--adapter reference --adapter vllm --adapter sglang \
+		--html report/extra/index.html --json report/extra/results.json --markdown report/extra/summary.md || true
+
+test-extra: setup parsers-extra
+	$(BIN)/python -m pytest tests/test_more_parsers.py
 
 clean:
 	rm -rf $(VENV) report
