@@ -5,6 +5,8 @@ start from a tokenisation of the output (the stand-in Kimi tokenizer or the real
 and send each delta with its token ids, as an engine does: a marker is one token, and a
 token whose bytes are an incomplete UTF-8 character adds no text (an incremental
 detokenizer holds them back), so a delta can be an empty string with an id.
+Every mode delivers what a server hands its parser: the output up to, not including, the
+first ``<|im_end|>`` (the end-of-turn token stops generation and is stripped).
 *Text-level* modes (``stream-char``, ``stream-marker-split``, ``stream-random``,
 ``stream-recorded``) cut the text anywhere, markers included, and send no token ids, as
 a text-only replay or a re-chunking proxy does; an engine never splits a marker token.
@@ -61,6 +63,13 @@ class Delivery:
         return self.mode != "whole"
 
 
+def engine_output(text: str) -> str:
+    """What a server hands its parser: generation stops at the end-of-turn token
+    ``<|im_end|>`` (Kimi K2's eos), which is stripped, so nothing from it on is delivered."""
+    end = text.find(mk.IM_END)
+    return text if end < 0 else text[:end]
+
+
 def case_seed(base_seed: int, case_id: str) -> int:
     """A stable per-case seed: the same run seed and case id give the same splits anywhere."""
     digest = hashlib.sha256(f"{base_seed}:{case_id}".encode()).digest()
@@ -77,6 +86,7 @@ def deliveries(
     burst: int = DEFAULT_BURST,
 ) -> list[Delivery]:
     """The deliveries of ``text`` in ``mode`` (marker splits give several; others one)."""
+    text = engine_output(text)
     spans = tokenizer.tokenize_spans(text)
     if "".join(piece for _, piece in spans) != text:
         raise ValueError("the tokenizer does not reproduce the text; cannot derive deltas")

@@ -798,7 +798,7 @@ def _json(g: _Generator) -> None:
 def _markers(g: _Generator) -> None:
     k = "MARKER.in-json-string"
     named = [("section_begin", SB), ("section_end", SE), ("call_begin", TB), ("argument_begin", AB), ("call_end", TE),
-             ("singular_section_begin", SB1), ("singular_section_end", SE1), ("im_end", mk.IM_END),
+             ("singular_section_begin", SB1), ("singular_section_end", SE1),
              ("think_open", mk.THINK_BEGIN), ("think_close", mk.THINK_END)]
     for label, marker in named:
         r = g.start(k, f"y_marker_in_json_string_{label}")
@@ -807,6 +807,14 @@ def _markers(g: _Generator) -> None:
         g.emit(f"{marker} inside a JSON string value is literal text, and the next call still parses",
                section(call_text("functions.write_file:0", arguments), *texts), tools=tools_for("write_file", "get_weather"),
                calls=[ToolCall("write_file", arguments, "functions.write_file:0"), *calls], bugs=(22,))
+    # <|im_end|> is the end-of-turn token: the model cannot write it into a string without
+    # ending its turn there, so the arguments stop at it (END.im-end).
+    r = g.start(k, "n_marker_in_json_string_im_end")
+    arguments = dumps({"file_path": "/docs/kimi.md", "content": "The token <|im_end|> appears in the chat template.\n"})
+    texts, _ = std_calls(r, ["get_weather"], start=1)
+    g.emit("<|im_end|> inside a JSON string still ends the turn: the arguments stop there, the next call never comes",
+           section(call_text("functions.write_file:0", arguments), *texts), tools=tools_for("write_file", "get_weather"),
+           calls=[ToolCall("write_file", arguments[: arguments.index(mk.IM_END)], "functions.write_file:0")], bugs=(22,))
     extra = [
         ("y_marker_in_json_string_all_five", dumps({"content": "".join(mk.TOOL_MARKERS)}), "All five markers back to back in one string"),
         ("y_marker_in_json_string_as_key", dumps({TE: 1, "content": "x"}), "A marker as an object key"),

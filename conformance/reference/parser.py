@@ -129,9 +129,7 @@ class ReferenceParser:
         if data.startswith("<") and self._state is not State.DONE:
             self._fire("STRUCT.partial-marker-at-end")
         self._scan(data, final=True)
-        if self._state is State.ARGS and self._held is not None:
-            self._reinterpret_unterminated_string()
-        self._close_at_end()
+        self._end_of_output()
         return self._drain()
 
     def result(self) -> Result:
@@ -225,7 +223,7 @@ class ReferenceParser:
         if marker is None:
             self._args_text(data[pos : i + 1])
             return i + 1
-        if self._in_string and not self._markers_trusted:
+        if self._in_string and not self._markers_trusted and marker != mk.IM_END:
             self._fire("ARGS.marker-in-string")
             self._args_text(data[pos:i])
             if marker in _ARGS_TERMINATORS and self._held is None:
@@ -298,7 +296,7 @@ class ReferenceParser:
     def _marker(self, marker: str) -> None:
         state = self._state
         if marker == mk.IM_END:
-            self._close_at_end()
+            self._end_of_output()
             self._fire("END.im-end")
             return
         if state in (State.TEXT, State.THINK):
@@ -383,6 +381,12 @@ class ReferenceParser:
         elif not _is_json(arguments):
             self._fire("ARGS.invalid-json")
         self._state = State.SECTION
+
+    def _end_of_output(self) -> None:
+        """The output is over (its end, or the end-of-turn token): close what is open."""
+        if self._state is State.ARGS and self._held is not None:
+            self._reinterpret_unterminated_string()
+        self._close_at_end()
 
     def _close_at_end(self) -> None:
         state = self._state

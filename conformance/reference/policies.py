@@ -35,7 +35,7 @@ POLICIES: dict[str, str] = {
     "STRUCT.singular-section-markers": "`<|tool_call_section_begin|>` and `<|tool_call_section_end|>` are accepted as section markers.",
     "STRUCT.partial-marker-at-end": "A marker prefix at the very end of the output is literal text of the state it is in.",
     # End of message
-    "END.im-end": "`<|im_end|>` ends the message; anything after it is ignored.",
+    "END.im-end": "`<|im_end|>` ends the message wherever it stands, even inside a JSON string (it is the end-of-turn token: an engine stops generating there and never passes it on); anything after it is ignored.",
     # Reasoning
     "THINK.off": "With thinking off, `<think>` and `</think>` are ordinary content.",
     "THINK.leading-open-tag": "With thinking on, the output is reasoning from its start; a leading `<think>` is dropped.",
