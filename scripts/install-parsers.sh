@@ -25,10 +25,10 @@ declare -A ADAPTER=(
   [lmdeploy]=lmdeploy
   [mlx-lm]=mlx-lm
 )
-# The old regex-based vLLM parsers, when their adapter (adapters/vllm_legacy_parser.py) is
-# in this checkout: one venv per release.
+# The old regex-based vLLM parsers (the vllm-legacy adapter: vLLM 0.10-0.11), one venv
+# per release.  0.12.0 is not listed: the vllm-legacy glue does not drive it.
 if [ -f adapters/vllm_legacy_parser.py ]; then
-  for release in 0.10.0 0.11.0 0.12.0; do
+  for release in 0.10.0 0.11.0; do
     if [ -f "requirements/vllm-$release.txt" ]; then ADAPTER[vllm-$release]=vllm-legacy; fi
   done
 fi
@@ -63,6 +63,9 @@ for name in "${selected[@]}"; do
   log="$venv/install.log"
   {
     "$venv/bin/pip" install --upgrade pip
+    # "# base: FILE" on a requirements file's first line: install requirements/FILE first.
+    base=$(sed -n '1s/^# base: *//p' "requirements/$name.txt")
+    if [ -n "$base" ]; then "$venv/bin/pip" install --no-deps -r "requirements/$base"; fi
     "$venv/bin/pip" install --no-deps -r "requirements/$name.txt"
     "$venv/bin/pip" install -e .
   } > "$log" 2>&1 || { tail -20 "$log" >&2; echo "installing $name failed; see $log" >&2; exit 1; }
