@@ -205,9 +205,17 @@ def _runner(adapter: Any, request: Request, delivery: dl.Delivery) -> Callable[[
 
 
 def _time_once(run: Callable[[], Any]) -> float:
-    started = time.perf_counter()
-    run()
-    return time.perf_counter() - started
+    """One timed run with the cyclic garbage collector paused, as timeit does: with vLLM's
+    and SGLang's modules in memory a full collection costs more than a small parse, and
+    it would land on whichever adapter happened to allocate at that moment."""
+    gc.collect()
+    gc.disable()
+    try:
+        started = time.perf_counter()
+        run()
+        return time.perf_counter() - started
+    finally:
+        gc.enable()
 
 
 class Bench:

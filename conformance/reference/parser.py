@@ -116,6 +116,15 @@ class ReferenceParser:
     # -- public API -------------------------------------------------------------------
 
     def feed(self, text: str) -> StreamEvent | None:
+        if (self._in_string and self._state is State.ARGS and not self._pending
+                and self._held is None and not _ARGS_INSIDE_STRING.search(text)):
+            # The hot path of a long streamed argument: plain text inside a JSON string,
+            # exactly what _scan_args and _args_text would do with it, minus the calls.
+            call = self._calls[-1]
+            call.args.append(text)
+            if call.infer or not text:
+                return None
+            return StreamEvent(None, None, (ToolCallDelta(call.index, None, None, text),))
         data = self._pending + text if self._pending else text
         self._pending = ""
         self._scan(data, final=False)
