@@ -76,7 +76,7 @@ class _Peer:
         self._buffer = b""
 
     def send(self, message: Mapping[str, Any]) -> None:
-        line = json.dumps(message, ensure_ascii=False, separators=(",", ":")) + "\n"
+        line = json.dumps(message, separators=(",", ":")) + "\n"  # ASCII: lone surrogates survive
         assert self.process.stdin is not None
         try:
             self.process.stdin.write(line.encode("utf-8"))

@@ -94,9 +94,9 @@ def cmd_serve_adapter(args: argparse.Namespace) -> int:
     adapter = create_adapter(args.name)
     out = _protocol_stream()
     availability = load(adapter)
-    out.write(json.dumps(hello(adapter, availability.status, availability.reason), ensure_ascii=False) + "\n")
+    out.write(json.dumps(hello(adapter, availability.status, availability.reason)) + "\n")
     for line in sys.stdin:
         if not line.strip():
             continue
-        out.write(json.dumps(answer(adapter, line), ensure_ascii=False) + "\n")
+        out.write(json.dumps(answer(adapter, line)) + "\n")  # ASCII: a lone surrogate survives the pipe
     return 0

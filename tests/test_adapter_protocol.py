@@ -156,3 +156,39 @@ def test_serve_adapter_in_a_second_virtual_environment(tmp_path):
     prefix = subprocess.run([str(python_b), "-c", "import sys; print(sys.prefix)"],
                             capture_output=True, text=True, check=True).stdout.strip()
     assert Path(prefix) == venv
+
+
+
+def test_a_lone_surrogate_in_a_result_survives_the_protocol(monkeypatch, capsys):
+    """A parser may return text with an unpaired surrogate (from a "\\ud800" escape); the
+    protocol's lines stay ASCII JSON so the pipe's UTF-8 never fails on it."""
+    import io
+    import json as _json
+
+    from k2conform import serve_adapter
+    from k2conform.model import Result
+
+    class Surrogate:
+        name, package, supported_versions, description = "surrogate", None, (), "test"
+
+        def supported(self):
+            return None
+
+        def version(self):
+            return "0"
+
+        def load(self):
+            pass
+
+        def parse_whole(self, request, output):
+            return Result(content="a\ud800b")
+
+    out = io.BytesIO()
+    wrapper = io.TextIOWrapper(out, encoding="utf-8", write_through=True)
+    monkeypatch.setattr(serve_adapter, "create_adapter", lambda name: Surrogate())
+    monkeypatch.setattr(serve_adapter, "_protocol_stream", lambda: wrapper)
+    request = {"mode": "whole", "request": {"tools": []}, "deltas": [{"text": "x", "token_ids": []}]}
+    monkeypatch.setattr("sys.stdin", io.StringIO(_json.dumps(request) + "\n"))
+    assert serve_adapter.cmd_serve_adapter(type("Args", (), {"name": "surrogate"})()) == 0
+    hello_line, answer_line = out.getvalue().decode("ascii").splitlines()
+    assert _json.loads(answer_line)["content"] == "a\ud800b"
