@@ -34,7 +34,8 @@ def class_matrix(results: dict[str, Any]) -> tuple[list[str], list[str], dict[tu
         for tag in tags.get(cell["case"], ()):
             grouped[(tag, cell["adapter"])].append(cell)
     classes = sorted({tag for t in tags.values() for tag in t})
-    adapters = [a["name"] for a in results["adapters"]]
+    ran = {cell["adapter"] for cell in results["cells"]}  # unavailable adapters have no column
+    adapters = [a["name"] for a in results["adapters"] if a["name"] in ran]
     return classes, adapters, {
         key: (*agreement(cells), sum(c["outcome"] == "impl-defined" for c in cells)) for key, cells in grouped.items()
     }
@@ -208,7 +209,7 @@ def html_page(results: dict[str, Any]) -> str:
             parts.append(f"<p class='warn'>⚠ {esc(warning)}</p>")
     parts.append("<h2>Adapters</h2><table><tr><th>adapter</th><th>version</th><th>supported releases</th><th>status</th></tr>")
     for a in results["adapters"]:
-        parts.append(f"<tr><td>{esc(a['name'])}</td><td>{esc(str(a.get('version')))}</td>"
+        parts.append(f"<tr><td>{esc(a['name'])}</td><td>{esc(a.get('version') or 'not installed')}</td>"
                      f"<td>{esc(', '.join(a.get('supported_versions') or []) or '-')}</td><td>{esc(a['status'])} {esc(a['reason'])}</td></tr>")
     parts.append("</table>")
     gate = results.get("gate")
