@@ -30,6 +30,7 @@ from typing import Any, Sequence
 
 from k2conform import markers
 from k2conform.adapter import (
+    glue_imports,
     import_parser_package,
     Adapter,
     AdapterGlueError,
@@ -65,12 +66,10 @@ class LmdeployAdapter(Adapter):
         if self._loaded:
             return
         lmdeploy = import_parser_package("lmdeploy")
-        try:
+        with glue_imports("lmdeploy"):
             from lmdeploy.serve.openai import protocol
             from lmdeploy.serve.parsers import ResponseParserManager
             from lmdeploy.serve.parsers.tool_parser import ToolParserManager
-        except ImportError as exc:
-            raise AdapterGlueError("lmdeploy module layout", str(exc)) from exc
         require_api(protocol, "ChatCompletionRequest", owner_name="lmdeploy.serve.openai.protocol")
         base = ResponseParserManager.get("default")
         if base is None:

@@ -32,6 +32,7 @@ import json
 from typing import Any, Sequence
 
 from k2conform.adapter import (
+    glue_imports,
     import_parser_package,
     Adapter,
     AdapterGlueError,
@@ -61,12 +62,10 @@ class SglangAdapter(Adapter):
         if self._loaded:
             return
         sglang = import_parser_package("sglang")
-        try:
+        with glue_imports("sglang"):
             from sglang.srt.entrypoints.openai import protocol
             from sglang.srt.function_call import function_call_parser
             from sglang.srt.parser import reasoning_parser
-        except ImportError as exc:
-            raise AdapterGlueError("sglang module layout", str(exc)) from exc
 
         require_api(function_call_parser, "FunctionCallParser", owner_name="function_call_parser")
         fcp = function_call_parser.FunctionCallParser

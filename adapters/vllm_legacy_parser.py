@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 from typing import Any, Sequence
 
-from k2conform.adapter import Adapter, AdapterGlueError, AdapterUnavailable, call_parser, require_api, import_parser_package
+from k2conform.adapter import Adapter, AdapterGlueError, AdapterUnavailable, call_parser, require_api, glue_imports, import_parser_package
 from k2conform.model import Delta, Request, Result, StreamEvent, ToolCall, ToolCallDelta
 from k2conform_adapters.vllm_parser import MODEL_NAME, _mask_id, load_kimi_tokenizer
 
@@ -59,11 +59,9 @@ class VllmLegacyAdapter(Adapter):
                 "with --adapter 'cmd:/that/venv/bin/k2conform serve-adapter vllm-legacy'"
             )
         vllm = import_parser_package("vllm")
-        try:
+        with glue_imports("vllm (0.10/0.11)"):
             from vllm.entrypoints.openai import protocol
             from vllm.entrypoints.openai.tool_parsers import ToolParserManager
-        except ImportError as exc:
-            raise AdapterGlueError("vllm module layout (0.10/0.11)", str(exc)) from exc
         require_api(protocol, "ChatCompletionRequest", owner_name="vllm.entrypoints.openai.protocol")
         require_api(ToolParserManager, "get_tool_parser", owner_name="ToolParserManager")
         try:

@@ -31,6 +31,7 @@ from typing import Any, Sequence
 
 from k2conform import markers
 from k2conform.adapter import (
+    glue_imports,
     import_parser_package,
     Adapter,
     AdapterGlueError,
@@ -86,14 +87,12 @@ class VllmAdapter(Adapter):
         if self._loaded:
             return
         vllm = import_parser_package("vllm")
-        try:
+        with glue_imports("vllm"):
             from vllm.entrypoints.openai.chat_completion import message_assembly, protocol
             from vllm.entrypoints.openai.chat_completion import stream_processor
             from vllm.parser import parser_manager
             from vllm.parser.abstract_parser import DelegatingParser
             from vllm.tool_parsers import ToolParserManager
-        except ImportError as exc:
-            raise AdapterGlueError("vllm module layout", str(exc)) from exc
 
         require_api(parser_manager, "ParserManager", owner_name="vllm.parser.parser_manager")
         manager = parser_manager.ParserManager

@@ -18,8 +18,9 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 from abc import ABC, abstractmethod
+from contextlib import contextmanager
 from types import ModuleType
-from typing import Any, Callable, ClassVar, Sequence, TypeVar
+from typing import Any, Callable, ClassVar, Iterator, Sequence, TypeVar
 
 from k2conform.model import Delta, Request, Result, StreamEvent
 
@@ -63,6 +64,16 @@ def import_parser_package(name: str) -> ModuleType:
         if exc.name and exc.name.split(".")[0] == name:
             raise AdapterUnavailable(f"{name} is not installed: {exc}") from exc
         raise AdapterGlueError(f"import {name}", f"a dependency is missing: {exc}") from exc
+
+
+@contextmanager
+def glue_imports(package: str) -> Iterator[None]:
+    """Wrap the imports of the parser's modules the glue needs: a module or name the
+    installed release no longer has is glue breakage, named as such."""
+    try:
+        yield
+    except ImportError as exc:
+        raise AdapterGlueError(f"{package} module layout", str(exc)) from exc
 
 
 def require_api(owner: Any, *names: str, owner_name: str | None = None) -> None:

@@ -117,3 +117,11 @@ def test_run_exits_2_with_a_traceback_on_a_harness_error(tmp_path):
     )
     assert completed.returncode == 2
     assert "harness error" in completed.stderr and "Traceback" in completed.stderr
+
+
+def test_a_missing_glue_module_is_a_glue_error_naming_the_layout():
+    from k2conform.adapter import AdapterGlueError, glue_imports
+
+    with pytest.raises(AdapterGlueError, match="vllm module layout: No module named 'vllm_renamed_module'"):
+        with glue_imports("vllm"):
+            import vllm_renamed_module  # noqa: F401
