@@ -1,20 +1,22 @@
-# One reproducible set-up for users and CI: a virtual environment with k2conform, its
-# test tools, and the real parsers under test (pinned, CPU-only, installed --no-deps).
+# One reproducible set-up for users and CI: a virtual environment with k2conform, its test
+# tools, and the real parsers under test (pinned, CPU-only, installed --no-deps by
+# `k2conform setup-parsers`, from requirements/environments.toml).
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.k2conform-installed
+# Test workers: 2 suits the 2-core reference machine (README: Tests); `make test JOBS=auto`.
+JOBS ?= 2
 
 .PHONY: setup matrix test fuzz bench clean parsers-extra matrix-extra test-extra
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml requirements/parsers.txt
+$(STAMP): pyproject.toml requirements/parsers.txt requirements/environments.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet --no-deps -r requirements/parsers.txt
-	$(BIN)/pip install --quiet -e '.[test]'
-	$(BIN)/pip check || true
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/k2conform setup-parsers parsers
 	touch $(STAMP)
 
 # The main job: every case x every shipped adapter x every delivery mode, gated by the baseline.
@@ -22,21 +24,21 @@ matrix: setup
 	$(BIN)/k2conform run --baseline baseline.json --html report/index.html --json report/results.json --markdown report/summary.md
 
 test: setup
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(JOBS)
 
-# The extra real parsers (aphrodite's Rust parser, lmdeploy, mlx-lm): one venv each under
-# .venvs/<name> (their pins clash with vLLM's), run through the adapter protocol.  Not part
-# of `setup`: about 450 MB of wheels and 3-4 minutes more on a fresh machine.
-parsers-extra:
-	PYTHON=$(PYTHON) scripts/install-parsers.sh
+# The extra real parsers, one venv each under .venvs/<name> (their pins clash with vLLM's),
+# run through the adapter protocol.  Not part of `setup`: about 450 MB of wheels and 3-4
+# minutes more on a fresh machine.
+parsers-extra: setup
+	$(BIN)/k2conform setup-parsers --all
 
 # The matrix with every shipped adapter plus the extra parsers (no baseline: a survey).
-matrix-extra: setup parsers-extra
-	scripts/install-parsers.sh --adapters | xargs -d '\n' $(BIN)/k2conform run \
+matrix-extra: parsers-extra
+	$(BIN)/k2conform setup-parsers --adapters | xargs -d '\n' $(BIN)/k2conform run \
 		--adapter reference --adapter vllm --adapter sglang \
 		--html report/extra/index.html --json report/extra/results.json --markdown report/extra/summary.md || true
 
-test-extra: setup parsers-extra
+test-extra: parsers-extra
 	$(BIN)/python -m pytest tests/test_more_parsers.py
 
 clean:

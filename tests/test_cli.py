@@ -7,12 +7,14 @@ import subprocess
 
 import pytest
 
+from entry_points import K2CONFORM
+
 OUTPUT = ('<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>'
           '{"a": 1}<|tool_call_end|><|tool_calls_section_end|>')
 
 
 def run(*args, stdin=""):
-    return subprocess.run(["k2conform", *args], input=stdin, capture_output=True, text=True)
+    return subprocess.run([K2CONFORM, *args], input=stdin, capture_output=True, text=True)
 
 
 @pytest.mark.parametrize("mode", ["whole", "stream-token", "stream-burst", "stream-char", "stream-marker-split", "stream-random"])

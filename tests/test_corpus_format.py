@@ -9,6 +9,8 @@ import pytest
 
 from k2conform.corpus import CorpusError, iter_problems, load_case, load_corpus
 
+from entry_points import K2CONFORM
+
 GOOD = {
     "id": "y_example",
     "kind": "completion",
@@ -96,10 +98,10 @@ def test_duplicate_ids_and_every_problem_are_reported(tmp_path):
 
 
 def test_check_corpus_cli_exit_status_and_message(tmp_path):
-    ok = subprocess.run(["k2conform", "check-corpus"], capture_output=True, text=True)
+    ok = subprocess.run([K2CONFORM, "check-corpus"], capture_output=True, text=True)
     assert ok.returncode == 0 and "cases OK" in ok.stdout
     write(tmp_path, mutated(request__thinking="yes"))
-    bad = subprocess.run(["k2conform", "check-corpus", str(tmp_path)], capture_output=True, text=True)
+    bad = subprocess.run([K2CONFORM, "check-corpus", str(tmp_path)], capture_output=True, text=True)
     assert bad.returncode == 1
     assert "y_example.json: field 'request.thinking'" in bad.stderr
 

@@ -21,6 +21,8 @@ from k2conform.fuzzing.signature import classify, components, matches, parse_sig
 from k2conform.model import Result, ToolCall
 from k2conform.strategies import completions
 
+from entry_points import K2CONFORM
+
 ROOT = Path(__file__).resolve().parent.parent
 SB, SE, TB, AB, TE = mk.SECTION_BEGIN, mk.SECTION_END, mk.CALL_BEGIN, mk.ARGUMENT_BEGIN, mk.CALL_END
 ONE_CALL = f'Sure.{SB}{TB}functions.get_weather:0{AB}{{"city": "Paris"}}{TE}{SE}'
@@ -276,7 +278,7 @@ def test_minimiser_shrinks_sglangs_partial_marker_leak_with_text_level_splits():
 def test_minimize_cli_on_an_agreeing_input_exits_1(tmp_path):
     payload = tmp_path / "ok.json"
     payload.write_text(json.dumps({"model_output": "hello", "delivery": "whole"}))
-    done = subprocess.run([str(Path(sys.executable).parent / "k2conform"), "minimize", str(payload), "--adapter", "reference",
+    done = subprocess.run([K2CONFORM, "minimize", str(payload), "--adapter", "reference",
                            "--out", str(tmp_path)], capture_output=True, text=True)
     assert done.returncode == 1 and "no disagreement" in done.stderr
 
@@ -332,6 +334,6 @@ def test_fuzz_cli_reports_executions_per_second(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert "exec/s" in done.stdout and "300 executions" in done.stdout
     # the console script (under ``python -m k2conform.cli`` the module is __main__, another UsageError class)
-    usage = subprocess.run([str(Path(sys.executable).parent / "k2conform"), "fuzz", "reference"],
+    usage = subprocess.run([K2CONFORM, "fuzz", "reference"],
                            capture_output=True, text=True)
     assert usage.returncode == 2 and "--seconds" in usage.stderr

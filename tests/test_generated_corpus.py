@@ -15,6 +15,8 @@ from k2conform import generate
 from k2conform.corpus import load_corpus
 from k2conform.reference.parser import ReferenceParser, parse
 
+from entry_points import K2CONFORM
+
 ROOT = Path(__file__).resolve().parent.parent
 GENERATED = ROOT / "corpus" / "generated"
 TAXONOMY = ROOT / "docs" / "taxonomy.md"
@@ -102,7 +104,7 @@ def test_every_known_bug_class_maps_to_existing_cases():
 def test_whole_corpus_and_check_corpus_accept_the_generated_cases():
     everything = load_corpus()
     assert {c.id for c in CORPUS.completions} <= {c.id for c in everything.completions}
-    done = subprocess.run(["k2conform", "check-corpus", str(GENERATED)], capture_output=True, text=True)
+    done = subprocess.run([K2CONFORM, "check-corpus", str(GENERATED)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert "cases OK" in done.stdout
 

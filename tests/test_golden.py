@@ -12,8 +12,10 @@ import pytest
 from k2conform.corpus import load_corpus
 from k2conform.render import render, render_with_template
 
+from entry_points import K2CONFORM
+
 GOLDEN = load_corpus(Path(__file__).resolve().parent.parent / "corpus" / "golden")
-TEMPLATE = (Path(__file__).resolve().parent.parent / "conformance" / "data" / "reference_chat_template.jinja").read_text()
+TEMPLATE = (Path(__file__).resolve().parent.parent / "conformance" / "k2conform" / "data" / "reference_chat_template.jinja").read_text()
 
 
 def test_golden_corpus_covers_the_spec_streams():
@@ -37,7 +39,7 @@ def test_shipped_jinja_template_reproduces_golden_prompt(case):
 
 
 def _cli(args, payload):
-    completed = subprocess.run(["k2conform", *args], input=json.dumps(payload).encode(), capture_output=True, check=True)
+    completed = subprocess.run([K2CONFORM, *args], input=json.dumps(payload).encode(), capture_output=True, check=True)
     return completed.stdout
 
 

@@ -105,3 +105,42 @@ def test_adapter_behaviour_snapshot(matrix_run, json_snapshot, adapter):
             "variants_differing": cell["variants_differing"], "observed": observed,
         }
     assert dict(sorted(behaviour.items())) == json_snapshot
+
+
+def _comparable(results: dict) -> dict:
+    """Cells by key, without timings: what must not depend on how the run was split."""
+    return {(c["case"], c["adapter"], c["delivery"]): {k: v for k, v in c.items() if k != "seconds"}
+            for c in results["cells"]}
+
+
+def test_three_shards_merged_equal_the_unsharded_run(matrix_run, tmp_path):
+    """``run --shard K/3`` on three "machines", then ``merge``: cell for cell the unsharded run,
+    and the merged gate judged over all cells passes as the unsharded one does."""
+    _, whole, _ = matrix_run
+    shards = []
+    for k in (1, 2, 3):
+        path = tmp_path / f"results-{k}.json"
+        done = subprocess.run([sys.executable, "-m", "k2conform.cli", "run", "--shard", f"{k}/3", "--json", str(path),
+                               "--baseline", str(ROOT / "baseline.json")], capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        shards.append(json.loads(path.read_text()))
+    case_sets = [{c["id"] for c in s["cases"]} for s in shards]
+    assert all(case_sets) and not (case_sets[0] & case_sets[1] or case_sets[0] & case_sets[2] or case_sets[1] & case_sets[2])
+    merged_path = tmp_path / "all.json"
+    merged = subprocess.run([sys.executable, "-m", "k2conform.cli", "merge", *(str(tmp_path / f"results-{k}.json") for k in (1, 2, 3)),
+                             "--json", str(merged_path), "--html", str(tmp_path / "all.html"),
+                             "--baseline", str(ROOT / "baseline.json")], capture_output=True, text=True)
+    assert merged.returncode == 0, merged.stdout[-3000:] + merged.stderr[-3000:]
+    merged_results = json.loads(merged_path.read_text())
+    assert _comparable(merged_results) == _comparable(whole)
+    assert {c["id"] for c in merged_results["cases"]} == {c["id"] for c in whole["cases"]}
+    assert merged_results["gate"]["baselined"] == whole["gate"]["baselined"]
+    assert (tmp_path / "all.html").read_text().count("<table") >= 1
+    twice = subprocess.run([sys.executable, "-m", "k2conform.cli", "merge", str(tmp_path / "results-1.json"),
+                            str(tmp_path / "results-1.json")], capture_output=True, text=True)
+    assert twice.returncode == 2 and "the same shard twice" in twice.stderr and twice.stderr.count("\n") == 1
+
+
+def test_a_shard_outside_k_of_n_is_a_usage_error():
+    done = subprocess.run([sys.executable, "-m", "k2conform.cli", "run", "--shard", "4/3"], capture_output=True, text=True)
+    assert done.returncode == 2 and "K must be between 1 and N" in done.stderr

@@ -1,5 +1,5 @@
 """The extra real parsers (aphrodite's Rust parser, lmdeploy, mlx-lm), each in its own
-virtual environment made by scripts/install-parsers.sh and run through the adapter protocol
+virtual environment made by k2conform setup-parsers and run through the adapter protocol
 (``NAME=cmd:.venvs/NAME/bin/k2conform serve-adapter NAME``).  A parser whose environment is
 not installed is skipped with the command that installs it."""
 
@@ -23,7 +23,7 @@ PINNED = {"aphrodite": "0.24.1", "lmdeploy": "0.18.0", "mlx-lm": "0.32.2"}
 def _venv(name: str) -> Path:
     venv = VENVS / name
     if not (venv / "bin" / "k2conform").exists():
-        pytest.skip(f"{venv} is not installed: run scripts/install-parsers.sh {name} (make parsers-extra)")
+        pytest.skip(f"{venv} is not installed: run k2conform setup-parsers {name} (make parsers-extra)")
     return venv
 
 
@@ -141,12 +141,10 @@ def test_without_the_package_the_adapter_is_unavailable(name):
     assert load(adapter).status == "unavailable"
 
 
-def test_install_script_knows_the_extra_parsers():
-    listed = subprocess.run(["bash", str(ROOT / "scripts" / "install-parsers.sh"), "--list"],
-                            capture_output=True, text=True, check=True).stdout.split()
+def test_setup_parsers_knows_the_extra_parsers():
+    listed = [line.split()[0] for line in _run("setup-parsers", timeout=60).stdout.splitlines()]
     assert set(PINNED) <= set(listed)
-    bad = subprocess.run(["bash", str(ROOT / "scripts" / "install-parsers.sh"), "no-such-parser"],
-                         capture_output=True, text=True)
-    assert bad.returncode == 2 and "unknown parser" in bad.stderr
+    bad = _run("setup-parsers", "no-such-parser", timeout=60)
+    assert bad.returncode == 2 and "unknown environment 'no-such-parser'" in bad.stderr
     for name in PINNED:
         assert (ROOT / "requirements" / f"{name}.txt").read_text().count(f"=={PINNED[name]}") == 1

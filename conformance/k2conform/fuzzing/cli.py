@@ -68,7 +68,7 @@ def _seed_corpus(out: Path, corpus: Path | None) -> int:
 
 
 def cmd_fuzz(args: argparse.Namespace) -> int:
-    from k2conform.cli import UsageError
+    from k2conform.errors import UsageError
 
     fuzz_dir = default_fuzz_dir()
     if args.target == "seed-corpus":

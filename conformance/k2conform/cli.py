@@ -17,7 +17,8 @@ from k2conform.corpus import CorpusError, default_corpus_dir, iter_problems, loa
 from k2conform.harness import execute
 from k2conform.model import Request, Result
 from k2conform.registry import UnknownAdapter, adapter_names, create_adapter, load
-from k2conform.runner import FINDINGS, HarnessError
+from k2conform.errors import HarnessError, UsageError
+from k2conform.runner import FINDINGS
 
 DESCRIPTION = """\
 Conformance suite and fuzzing corpus for the Kimi K2 tool-calling format.
@@ -53,11 +54,7 @@ Adapters in another process (the adapter protocol, docs/adapter-protocol.md):
 #: Modules that each add one subcommand with ``add_parser(subparsers)``; their handlers
 #: raise UsageError for bad input and return the exit status.
 COMMAND_MODULES: tuple[str, ...] = ("k2conform.serve_adapter", "k2conform.fake_engine", "k2conform.fuzzing.cli", "k2conform.minimize", "k2conform.bench",
-                                   "k2conform.report_finding")
-
-
-class UsageError(Exception):
-    """Bad input from the user: reported in one line, exit status 2."""
+                                   "k2conform.report_finding", "k2conform.setup_parsers")
 
 
 class _Deadline(BaseException):
@@ -130,7 +127,20 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--burst", type=int, default=dl.DEFAULT_BURST, help="tokens per delta of stream-burst")
     p.add_argument("--tokenizer", help="directory with the real tiktoken.model and tokenizer_config.json")
     p.add_argument("--bench", type=Path, help="a `k2conform bench --json` file: add its streaming-cost check to the reports")
+    p.add_argument("--shard", type=_shard, metavar="K/N", help="run only shard K of N (every cell of a case in one "
+                   "shard, the same partition on every machine); `k2conform merge` joins the shards' --json files")
     p.set_defaults(handler=cmd_run)
+
+    p = sub.add_parser("merge", help="join the results of sharded runs (run --shard K/N --json ...) into one")
+    p.description = ("Joins the --json results of the shards of one run into the results an unsharded run gives "
+                     "(cells, cases, adapters), judges the gate again over all of them with --baseline, and "
+                     "writes the reports.  Exit status as for run.")
+    p.add_argument("results", type=Path, nargs="+", help="the shards' results JSON files")
+    p.add_argument("--json", type=Path, help="write the merged results")
+    p.add_argument("--html", type=Path, help="write the HTML report")
+    p.add_argument("--markdown", type=Path, help="write a Markdown summary")
+    p.add_argument("--baseline", type=Path, help="known deviations; new ones and stale entries fail the merge")
+    p.set_defaults(handler=cmd_merge)
 
     p = sub.add_parser("report", help="rebuild the reports from a results JSON written by run --json")
     p.add_argument("results", type=Path)
@@ -275,16 +285,27 @@ def cmd_check_corpus(args: argparse.Namespace) -> int:
     return 0
 
 
+def _shard(text: str) -> tuple[int, int]:
+    try:
+        k, n = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not K/N") from None
+    if not 1 <= k <= n:
+        raise argparse.ArgumentTypeError(f"{text!r}: K must be between 1 and N")
+    return k, n
+
+
 def cmd_run(args: argparse.Namespace) -> int:
-    from k2conform import report
-    from k2conform.baseline import judge, load_baseline
-    from k2conform.runner import Matrix, RunConfig, plan, progress_printer, select_cases
+    from k2conform.baseline import load_baseline
+    from k2conform.runner import Matrix, RunConfig, in_shard, plan, progress_printer, select_cases
 
     root = args.corpus or default_corpus_dir()
     corpus = load_corpus(root)
     cases = select_cases(corpus.completions, args.case)
     if not cases:
         raise UsageError(f"no case matches {args.case}")
+    if args.shard:
+        cases = [c for c in cases if in_shard(c.id, *args.shard)]
     names = args.adapter or adapter_names()
     adapters = [create_adapter(name) for name in names]
     modes = tuple(args.delivery or dl.MODES)
@@ -309,19 +330,30 @@ def cmd_run(args: argparse.Namespace) -> int:
         ],
         "cells": [cell.to_json() for cell in cells],
     }
-    verdict = judge(cells, entries or [])
-    passed = verdict.passed if entries is not None else not verdict.adapter_errors and not any(
-        cell.outcome in FINDINGS for cell in cells)
-    results["adapter_errors"] = verdict.adapter_errors
+    if args.shard:
+        results["shard"] = "{}/{}".format(*args.shard)
     if args.bench:
         from k2conform.bench import streaming_cost
 
         results["streaming_cost"] = streaming_cost(_read_results(args.bench))
+    return _judge_and_report(results, cells, entries, args.json, args.html, args.markdown)
+
+
+def _judge_and_report(results: dict[str, Any], cells: Sequence[Any], entries: Sequence[Any] | None,
+                      json_path: Path | None, html_path: Path | None, md_path: Path | None) -> int:
+    """The gate over ``cells`` (with ``entries``: the baseline), the reports, the console summary."""
+    from k2conform import report
+    from k2conform.baseline import judge
+
+    verdict = judge(cells, entries or [])
+    passed = verdict.passed if entries is not None else not verdict.adapter_errors and not any(
+        cell.outcome in FINDINGS for cell in cells)
+    results["adapter_errors"] = verdict.adapter_errors
     if entries is not None:
         results["gate"] = {"passed": passed, "new": len(verdict.new), "baselined": len(verdict.baselined),
                            "stale": [e.to_json() for e in verdict.stale],
                            "new_cells": [f"{c.case} {c.adapter} {c.delivery}: {c.outcome} {','.join(c.fields)}" for c in verdict.new]}
-    _write_reports(results, args.json, args.html, args.markdown)
+    _write_reports(results, json_path, html_path, md_path)
     sys.stdout.write(report.markdown(results))
     gate = results.get("gate")
     if gate:
@@ -363,6 +395,41 @@ def _read_results(path: Path) -> dict[str, Any]:
 def cmd_report(args: argparse.Namespace) -> int:
     _write_reports(_read_results(args.results), None, args.html, args.markdown)
     return 0
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    from k2conform.baseline import load_baseline
+    from k2conform.runner import Cell
+
+    shards = [_read_results(path) for path in args.results]
+    seen: dict[tuple[str, str, str], Path] = {}
+    for path, shard in zip(args.results, shards):
+        for cell in shard.get("cells", ()):
+            key = (cell["case"], cell["adapter"], cell["delivery"])
+            if key in seen:
+                raise UsageError(f"{path}: cell {' '.join(key)} is also in {seen[key]} (the same shard twice?)")
+            seen[key] = path
+    first = shards[0]
+    for path, shard in zip(args.results[1:], shards[1:]):
+        for key in ("seed", "modes"):
+            if shard.get(key) != first.get(key):
+                raise UsageError(f"{path}: {key} {shard.get(key)!r} differs from {args.results[0]}'s {first.get(key)!r}")
+    adapters: dict[str, dict[str, Any]] = {}
+    for shard in shards:
+        for row in shard.get("adapters", ()):
+            adapters.setdefault(row["name"], row)
+    cases = {c["id"]: c for shard in shards for c in shard.get("cases", ())}
+    cells = sorted((c for shard in shards for c in shard.get("cells", ())),
+                   key=lambda c: (c["case"], c["adapter"], c["delivery"]))
+    results = {
+        "k2conform": __version__, "seed": first.get("seed"), "modes": first.get("modes"),
+        "wall_seconds": max(s.get("wall_seconds", 0.0) for s in shards),
+        "worker_restarts": sum(s.get("worker_restarts", 0) for s in shards),
+        "adapters": list(adapters.values()), "cases": sorted(cases.values(), key=lambda c: c["id"]),
+        "cells": cells, "merged_from": [s.get("shard") or str(p) for s, p in zip(shards, args.results)],
+    }
+    entries = load_baseline(args.baseline) if args.baseline else None
+    return _judge_and_report(results, [Cell(**c) for c in cells], entries, args.json, args.html, args.markdown)
 
 
 def cmd_baseline(args: argparse.Namespace) -> int:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 from k2conform.model import Delta, Request, Result, ToolCall, dumps_canonical
+from k2conform.resources import bundled
 
 VERDICTS = {"y": "well-formed", "n": "malformed", "i": "implementation-defined"}
 _ID_PATTERN = re.compile(r"^[yni]_[a-z0-9][a-z0-9_.\-]*$")
@@ -185,12 +186,8 @@ class Corpus:
 
 
 def default_corpus_dir() -> Path:
-    """The corpus shipped with this checkout (or beside an installed package)."""
-    here = Path(__file__).resolve().parent
-    for candidate in (here.parent / "corpus", here / "corpus"):
-        if candidate.is_dir():
-            return candidate
-    raise FileNotFoundError("no corpus directory found beside the k2conform package")
+    """The corpus of this checkout, or the one an installed k2conform carries."""
+    return bundled("corpus")
 
 
 def load_corpus(root: Path | str | None = None) -> Corpus:

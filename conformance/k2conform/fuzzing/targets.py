@@ -41,9 +41,11 @@ MAX_TEXT = 8192
 
 
 def default_fuzz_dir() -> Path:
-    """``fuzz/`` of this checkout, else ``./k2conform-fuzz``."""
-    here = Path(__file__).resolve().parent.parent.parent / "fuzz"
-    return here if here.is_dir() else Path.cwd() / "k2conform-fuzz"
+    """``fuzz/`` of this checkout, else ``./k2conform-fuzz`` (an installed package's copy is read-only)."""
+    from k2conform.resources import checkout_root
+
+    root = checkout_root()
+    return root / "fuzz" if root is not None else Path.cwd() / "k2conform-fuzz"
 
 
 def own_options(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:

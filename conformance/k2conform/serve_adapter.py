@@ -87,7 +87,7 @@ def answer(adapter: Adapter, line: str) -> dict[str, Any]:
 
 
 def cmd_serve_adapter(args: argparse.Namespace) -> int:
-    from k2conform.cli import UsageError
+    from k2conform.errors import UsageError
 
     if is_command_spec(args.name):
         raise UsageError("serve-adapter serves an in-process adapter, not a cmd: one")

@@ -32,6 +32,7 @@ from k2conform.corpus import CompletionCase, Expectation, PromptCase, write_case
 from k2conform.model import Request, ToolCall
 from k2conform.reference.parser import ReferenceParser, parse
 from k2conform.render import render
+from k2conform.resources import checkout_root
 
 DEFAULT_SEED = 20261130
 
@@ -1524,7 +1525,7 @@ def check_generated(root: Path | str, seed: int = DEFAULT_SEED) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m k2conform.generate", description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="exit 1 listing files that differ from what the generator writes")
-    parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parent.parent, help="repository root (default: this checkout)")
+    parser.add_argument("--root", type=Path, default=checkout_root(), help="repository root (default: this checkout)")
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"base seed (default {DEFAULT_SEED})")
     args = parser.parse_args(argv)
     if args.check:

@@ -10,6 +10,7 @@ harness error that stops the run with a traceback (exit status 2).
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import logging
 import multiprocessing
 import os
@@ -24,6 +25,7 @@ from typing import Any, Iterable, Sequence
 
 from k2conform import delivery as dl
 from k2conform.compare import FieldDiff, compare_arguments, compare_results
+from k2conform.errors import HarnessError
 from k2conform.corpus import CompletionCase, load_corpus
 from k2conform.harness import execute
 from k2conform.model import Result
@@ -37,10 +39,6 @@ PASSING = ("agree", "impl-defined", "unavailable")
 #: Findings about the parser under test.  ``adapter-error`` is deliberately not one: it is
 #: a fact about k2conform's glue and the installed release, reported once per adapter.
 FINDINGS = ("differs", "crash", "timeout")
-
-
-class HarnessError(RuntimeError):
-    """A bug in k2conform itself, not in a parser: the run stops (exit status 2)."""
 
 
 @dataclass(frozen=True)
@@ -328,6 +326,14 @@ class Matrix:
         if slot.process.is_alive():
             slot.process.kill()
         slot.process.join(5)
+
+
+def in_shard(case_id: str, k: int, n: int) -> bool:
+    """Whether ``case_id`` belongs to shard ``k`` of ``n`` (1-based): a stable hash of the id, so
+    every machine draws the same partition, and all cells of a case (whose stale-baseline check
+    and stream-vs-one-shot comparison look at each other) land in one shard."""
+    digest = hashlib.sha256(case_id.encode()).digest()
+    return int.from_bytes(digest[:8], "big") % n == k - 1
 
 
 def plan(cases: Sequence[CompletionCase], adapters: Sequence[str], modes: Sequence[str]) -> list[tuple[str, str, str]]:

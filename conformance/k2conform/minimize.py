@@ -176,7 +176,7 @@ class Minimizer:
 def read_input(path: Path) -> tuple[Request, str, tuple[str, ...] | None, str | None, str | None]:
     """(request, model output, recorded deltas, delivery and signature named by the input) from
     a case file, a JSON payload or a raw fuzz input."""
-    from k2conform.cli import UsageError
+    from k2conform.errors import UsageError
 
     try:
         raw = path.read_bytes()
@@ -260,7 +260,7 @@ def cmd_minimize(args: argparse.Namespace) -> int:
     import logging
     import warnings
 
-    from k2conform.cli import UsageError
+    from k2conform.errors import UsageError
     from k2conform.corpus import default_corpus_dir
     from k2conform.fuzzing.engine import FUZZ_MODES, Engine, finding_case, write_case_file
     from k2conform.model import dumps_canonical

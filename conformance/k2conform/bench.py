@@ -47,6 +47,7 @@ from k2conform import __version__
 from k2conform import delivery as dl
 from k2conform import markers as mk
 from k2conform.model import Delta, Request
+from k2conform.resources import bundled
 
 #: A streaming exponent above this is reported as ``superlinear``.
 SUPERLINEAR_EXPONENT = 1.3
@@ -412,8 +413,8 @@ def run_results_cost(path: Path) -> dict[str, Any]:
 # -- fuzz targets ------------------------------------------------------------------------------
 
 
-def fuzz_targets(root: Path) -> list[Path]:
-    return sorted((root / "fuzz").glob("fuzz_*.py"))
+def fuzz_targets() -> list[Path]:
+    return sorted(bundled("fuzz").glob("fuzz_*.py"))
 
 
 def fuzz_speeds(targets: Sequence[Path], seconds: int) -> list[dict[str, Any]]:
@@ -660,8 +661,7 @@ def run_bench(names: Sequence[str], *, quick: bool = False, reps: int | None = N
     if run_results is not None:
         doc["run_results"] = run_results_cost(run_results)
     if fuzz_seconds:
-        root = Path(__file__).resolve().parent.parent
-        targets = fuzz_targets(root)
+        targets = fuzz_targets()
         doc["fuzz"] = {"targets": fuzz_speeds(targets, fuzz_seconds), "concurrent": True,
                        "note": f"{len(targets)} targets run at the same time on {os.cpu_count()} cores" if targets
                        else "no fuzz/fuzz_*.py targets in this checkout"}
