@@ -7,8 +7,8 @@ import os
 import pytest
 from hypothesis import settings
 
-import k2conform.strategies  # noqa: F401 - registers the "ci" and "deep" profiles
-from k2conform.corpus import Corpus, load_corpus
+import k2conform.testkit.strategies  # noqa: F401 - registers the "ci" and "deep" profiles
+from k2conform.case.corpus import Corpus, load_corpus
 
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 

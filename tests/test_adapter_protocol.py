@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from k2conform import delivery as dl
-from k2conform.corpus import load_corpus
-from k2conform.harness import execute
-from k2conform.registry import create_adapter, load
-from k2conform.tokenizer import load_tokenizer
-from k2conform_adapters.command import CommandAdapter
+from k2conform.delivery import modes as dl
+from k2conform.case.corpus import load_corpus
+from k2conform.adapter.harness import execute
+from k2conform.adapter.registry import create_adapter, load
+from k2conform.delivery.tokenizer import load_tokenizer
+from k2conform.adapter.command import CommandAdapter
 from k2conform_adapters.reference import ReferenceAdapter
 
 TOYS = Path(__file__).parent / "toys"
@@ -36,7 +36,7 @@ def k2run(tmp_path: Path, *args: str, env: dict | None = None) -> tuple[subproce
     completed = subprocess.run(
         [sys.executable, "-m", "k2conform.cli", "run", "--case", "y_spec_*", "--delivery", "whole",
          "--delivery", "stream-token", "--jobs", "1", "--json", str(out), *args],
-        capture_output=True, text=True, env=env, timeout=120, cwd=ROOT,
+        capture_output=True, text=True, env=env, timeout=300, cwd=ROOT,
     )
     assert out.exists(), completed.stderr
     return completed, json.loads(out.read_text())
@@ -69,14 +69,15 @@ def test_crashing_process_is_a_crash_cell_and_the_run_goes_on(tmp_path, mode):
 
 def test_hanging_process_is_a_timeout_cell_and_the_run_goes_on(tmp_path):
     spec = f"cmd:{PY} {TOYS / 'hanging_adapter.py'}"
-    completed, results = k2run(tmp_path, "--adapter", spec, "--timeout", "3", env=toy_env(tmp_path))
+    completed, results = k2run(tmp_path, "--adapter", spec, "--timeout", "1", env=toy_env(tmp_path))
     assert completed.returncode == 1
     hung = [c for c in results["cells"] if c["case"] == TRIGGER_CASE]
     assert {c["outcome"] for c in hung} == {"timeout"}
+    # filed only after a second try with ten times the deadline
+    assert all("no result within 1 s, nor within 10 s when run again" in c["observed"]["error"] for c in hung)
     assert all(c["adapter"] == spec for c in results["cells"])
     others = [c for c in results["cells"] if c["case"] != TRIGGER_CASE]
     assert len(others) == 10 and all(c["outcome"] == "agree" for c in others)
-    assert results["worker_restarts"] >= 1
     # the hung toy died with its worker: no process is left behind
     leftover = subprocess.run(["pgrep", "-f", str(TOYS / "hanging_adapter.py")], capture_output=True, text=True)
     assert leftover.stdout.strip() == ""
@@ -165,7 +166,7 @@ def test_a_lone_surrogate_in_a_result_survives_the_protocol(monkeypatch, capsys)
     import io
     import json as _json
 
-    from k2conform import serve_adapter
+    from k2conform.adapter import serve as serve_adapter
     from k2conform.model import Result
 
     class Surrogate:

@@ -7,13 +7,13 @@ import json
 
 import pytest
 
-from k2conform.baseline import TODO, BaselineEntry, baseline_from_cells, judge, load_baseline
-from k2conform.corpus import CorpusError
-from k2conform.runner import Cell
+from k2conform.gate.baseline import TODO, BaselineEntry, baseline_from_cells, judge, load_baseline
+from k2conform.case.corpus import CorpusError
+from k2conform.model import Cell, CellOutcome, FieldDiff
 
 
 def cell(case, delivery="whole", outcome="differs", fields=("content",), adapter="vllm"):
-    return Cell(case, adapter, delivery, outcome, fields=list(fields))
+    return Cell(case, adapter, delivery, CellOutcome(outcome), diffs=tuple(FieldDiff(f, None, None, "text") for f in fields))
 
 
 def test_known_new_and_stale_deviations():
@@ -48,4 +48,52 @@ def test_bad_baseline_file_names_the_field(tmp_path):
     path = tmp_path / "baseline.json"
     path.write_text(json.dumps({"entries": [{"adapter": "vllm", "outcome": "differs", "fields": [], "deliveries": ["*"]}]}))
     with pytest.raises(CorpusError, match=r"entries\[0\]\.cases"):
+        load_baseline(path)
+
+
+# -- the gate is never green by accident ------------------------------------------------------
+
+
+def _results(cells, adapters):
+    from k2conform.model import AdapterRow, ResultOutcome, RunResults
+
+    rows = tuple(AdapterRow(name, "1", status=ResultOutcome(status), reason=reason) for name, status, reason in adapters)
+    return RunResults("0", 0, ("whole",), rows, (), tuple(cells))
+
+
+def test_an_adapter_the_baseline_covers_that_did_not_run_fails_the_gate():
+    from k2conform.gate.baseline import Baseline, gate
+
+    baseline = Baseline(("reference", "vllm"), ())
+    results = _results([cell("y_a", outcome="agree", fields=(), adapter="reference")],
+                       [("reference", "ok", ""), ("vllm", "unavailable", "vllm is not installed")])
+    judged, passed = gate(results, baseline)
+    assert not passed
+    assert judged.extra["gate"]["missing"] == [
+        "the baseline covers vllm, which did not run (unavailable: vllm is not installed); "
+        "--allow-missing vllm if deliberate"]
+    _, passed = gate(results, baseline, allow_missing=["vllm"])
+    assert passed
+
+
+def test_an_adapter_left_out_of_the_run_is_missing_too_and_an_empty_run_never_passes():
+    from k2conform.gate.baseline import Baseline, gate
+
+    baseline = Baseline(("reference", "sglang"), ())
+    results = _results([cell("y_a", outcome="agree", fields=(), adapter="reference")], [("reference", "ok", "")])
+    judged, passed = gate(results, baseline)
+    assert not passed and "sglang, which did not run (not selected for this run)" in judged.extra["gate"]["missing"][0]
+    _, passed = gate(_results([], [("reference", "ok", "")]), Baseline(("reference",), ()))
+    assert not passed
+    _, passed = gate(_results([], []), None)
+    assert not passed
+
+
+def test_the_adapters_a_baseline_covers_default_to_those_of_its_entries(tmp_path):
+    path = tmp_path / "b.json"
+    path.write_text(json.dumps({"entries": [{"adapter": "sglang", "outcome": "differs", "fields": ["content"],
+                                             "deliveries": ["*"], "cases": ["y_a"]}]}))
+    assert load_baseline(path).adapters == ("sglang",)
+    path.write_text(json.dumps({"adapters": "vllm", "entries": []}))
+    with pytest.raises(CorpusError, match="field 'adapters'"):
         load_baseline(path)

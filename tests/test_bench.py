@@ -8,11 +8,11 @@ import sys
 
 import pytest
 
-from k2conform import bench
+from k2conform.bench import measure as bench
 from k2conform.cli import main
-from k2conform.delivery import cut
+from k2conform.delivery.modes import cut
 from k2conform.reference.parser import ReferenceParser
-from k2conform.report import streaming_cost_lines, streaming_cost_rows
+from k2conform.report.pages import streaming_cost_lines, streaming_cost_rows
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 SIZES = [1, 4, 10, 40, 100, 400]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from k2conform.compare import compare_arguments, compare_results, strict_json
+from k2conform.judge.compare import compare_arguments, compare_results, strict_json
 from k2conform.model import Result, ToolCall
 
 

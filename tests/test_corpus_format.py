@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from k2conform.corpus import CorpusError, iter_problems, load_case, load_corpus
+from k2conform.case.corpus import CorpusError, iter_problems, load_case, load_corpus
 
 from entry_points import K2CONFORM
 

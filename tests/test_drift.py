@@ -10,13 +10,14 @@ import sys
 import textwrap
 import threading
 from multiprocessing import Pipe
-from pathlib import Path
 
 import pytest
 
-from k2conform import runner
-from k2conform.corpus import default_corpus_dir
-from k2conform.report import markdown
+from k2conform.errors import HarnessError
+from k2conform.model import CellOutcome
+from k2conform.run import matrix as runner
+from k2conform.case.corpus import default_corpus_dir
+from k2conform.report.pages import markdown
 
 #: Installed in every process of the run (parent and workers) through sitecustomize: once
 #: vLLM's abstract_parser module is imported, ``parse_delta`` is gone, as if renamed.
@@ -56,7 +57,7 @@ def test_a_missing_vllm_method_is_one_adapter_error_naming_it_and_no_disagreemen
     results = json.loads(out.read_text())
     vllm_cells = [c for c in results["cells"] if c["adapter"] == "vllm"]
     assert vllm_cells and all(c["outcome"] == "adapter-error" for c in vllm_cells)
-    assert not any(c["outcome"] in runner.FINDINGS for c in results["cells"])
+    assert not any(CellOutcome(c["outcome"]).finding for c in results["cells"])
     (message,) = results["adapter_errors"]["vllm"]
     assert "DelegatingParser.parse_delta" in message
     summary = markdown(results)
@@ -66,10 +67,12 @@ def test_a_missing_vllm_method_is_one_adapter_error_naming_it_and_no_disagreemen
 
 
 def test_adapter_error_cells_are_neither_findings_nor_stale_evidence():
-    from k2conform.baseline import BaselineEntry, judge
+    from k2conform.gate.baseline import BaselineEntry, judge
 
-    cells = [runner.Cell("y_a", "vllm", "whole", "adapter-error", observed={"error": "X.y: missing"}),
-             runner.Cell("y_a", "sglang", "whole", "differs", fields=["content"])]
+    from k2conform.model import Cell, CellOutcome, FieldDiff
+
+    cells = [Cell.failed("y_a", "vllm", "whole", "adapter-error", "X.y: missing"),
+             Cell("y_a", "sglang", "whole", CellOutcome.DIFFERS, diffs=(FieldDiff("content", None, "x", "text"),))]
     entry = BaselineEntry("vllm", "differs", ("content",), ("whole",), ("y_a",), "known")
     verdict = judge(cells, [entry])
     assert verdict.adapter_errors == {"vllm": {"X.y: missing": 1}}
@@ -83,7 +86,7 @@ def test_an_exception_in_k2conform_itself_is_a_harness_error(monkeypatch):
     def broken_run_cell(*args, **kwargs):
         raise ZeroDivisionError("a bug in the comparison")
 
-    monkeypatch.setattr(runner, "run_cell", broken_run_cell)
+    monkeypatch.setattr(runner, "run_cell", broken_run_cell)  # the worker's reference to it
     config = runner.RunConfig(default_corpus_dir(), ("reference",))
     parent, child = Pipe()
     worker = threading.Thread(target=runner._worker, args=(child, config), kwargs={"silence": False})
@@ -94,7 +97,7 @@ def test_an_exception_in_k2conform_itself_is_a_harness_error(monkeypatch):
     worker.join(10)
     assert kind == "harness-error" and "ZeroDivisionError: a bug in the comparison" in payload
     slot = runner._Slot(process=None, conn=_Replay((kind, payload)))
-    with pytest.raises(runner.HarnessError, match="ZeroDivisionError"):
+    with pytest.raises(HarnessError, match="ZeroDivisionError"):
         runner.Matrix(config)._receive(slot, deadline=0)
 
 
@@ -120,7 +123,7 @@ def test_run_exits_2_with_a_traceback_on_a_harness_error(tmp_path):
 
 
 def test_a_missing_glue_module_is_a_glue_error_naming_the_layout():
-    from k2conform.adapter import AdapterGlueError, glue_imports
+    from k2conform.adapter.contract import AdapterGlueError, glue_imports
 
     with pytest.raises(AdapterGlueError, match="vllm module layout: No module named 'vllm_renamed_module'"):
         with glue_imports("vllm"):

@@ -1,4 +1,4 @@
-"""The engine plugin against a real HTTP server on loopback (k2conform.fake_engine), run in
+"""The engine plugin against a real HTTP server on loopback (k2conform.engine.fake), run in
 pytester sub-sessions: it passes against the clean server and fails, naming the check, on
 every injected fault.  The API key never reaches any output."""
 
@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from k2conform.fake_engine import FakeEngine, Server
+from k2conform.engine.fake import FakeEngine, Server
 
 pytest_plugins = ["pytester"]
 
@@ -18,7 +18,7 @@ SECRET = "sk-k2conform-test-7f3a9c1e5b"
 
 @pytest.fixture(scope="module")
 def probes():
-    from k2conform.corpus import load_corpus
+    from k2conform.case.corpus import load_corpus
 
     return load_corpus().probes
 

@@ -19,7 +19,7 @@ from k2conform.fuzzing.envelope import DECLARE_TOOLS, THINKING, FuzzInput, decod
 from k2conform.fuzzing.seeds import build_seed_corpus, dictionary_text
 from k2conform.fuzzing.signature import classify, components, matches, parse_signature, signature
 from k2conform.model import Result, ToolCall
-from k2conform.strategies import completions
+from k2conform.testkit.strategies import completions
 
 from entry_points import K2CONFORM
 
@@ -30,7 +30,7 @@ TWO_CALLS = f'{SB}{TB}functions.a:0{AB}{{"x": 1}}{TE}{TB}functions.b.c:1{AB}{{"y
 
 
 def _available(name: str) -> bool:
-    from k2conform.registry import create_adapter, load
+    from k2conform.adapter.registry import create_adapter, load
 
     return load(create_adapter(name)).status == "ok"
 
@@ -261,7 +261,7 @@ def test_signature_keeps_one_kind_per_adapter_in_adapter_order():
 @pytest.mark.skipif(not _available("sglang"), reason="SGLang is not installed")
 def test_minimiser_shrinks_sglangs_partial_marker_leak_with_text_level_splits():
     from k2conform.fuzzing.engine import Engine
-    from k2conform.minimize import minimize_input
+    from k2conform.minimize.delta_debug import minimize_input
 
     engine = Engine(["sglang"])
     request = FuzzInput(ONE_CALL, DECLARE_TOOLS).request()
@@ -318,7 +318,7 @@ def test_differential_target_runs_and_saves_distinct_signatures(tmp_path):
         files = {row["file"] for row in data["signatures"]}
         assert len(files) == len(data["signatures"])  # one file per distinct signature
         for path in files:
-            from k2conform.corpus import load_case
+            from k2conform.case.corpus import load_case
 
             assert load_case(path).generator["signature"]
     assert "Traceback" not in done.stderr

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from k2conform import generate
-from k2conform.corpus import load_corpus
+from k2conform.case import generate as generate
+from k2conform.case.corpus import load_corpus
 from k2conform.reference.parser import ReferenceParser, parse
 
 from entry_points import K2CONFORM
@@ -33,9 +33,9 @@ def _tree(root: Path) -> dict[str, bytes]:
 def test_checked_in_corpus_is_exactly_what_the_generator_writes(tmp_path):
     generate.write_generated(tmp_path)
     fresh, checked_in = _tree(tmp_path), _tree(ROOT)
-    assert sorted(fresh) == sorted(checked_in), "run: python -m k2conform.generate"
+    assert sorted(fresh) == sorted(checked_in), "run: python -m k2conform.case.generate"
     changed = [name for name in fresh if fresh[name] != checked_in[name]]
-    assert not changed, f"differ from the generator (run python -m k2conform.generate): {changed[:10]}"
+    assert not changed, f"differ from the generator (run python -m k2conform.case.generate): {changed[:10]}"
 
 
 def test_generation_is_deterministic_and_seeded_per_case():
@@ -138,7 +138,7 @@ def test_split_cases_record_deltas_and_cut_markers():
 
 def test_check_mode_reports_missing_stale_and_changed_files(tmp_path):
     generate.write_generated(tmp_path)
-    run = lambda: subprocess.run([sys.executable, "-m", "k2conform.generate", "--check", "--root", str(tmp_path)],
+    run = lambda: subprocess.run([sys.executable, "-m", "k2conform.case.generate", "--check", "--root", str(tmp_path)],
                                  capture_output=True, text=True)
     assert run().returncode == 0
     victim = next((tmp_path / "corpus" / "generated" / "json").glob("*.json"))
@@ -151,5 +151,5 @@ def test_check_mode_reports_missing_stale_and_changed_files(tmp_path):
     assert f"changed: corpus/generated/json/{victim.name}" in done.stdout
     assert f"missing: corpus/generated/id/{gone.name}" in done.stdout
     assert "stale: corpus/generated/id/y_stale.json" in done.stdout
-    rewritten = subprocess.run([sys.executable, "-m", "k2conform.generate", "--root", str(tmp_path)], capture_output=True, text=True)
+    rewritten = subprocess.run([sys.executable, "-m", "k2conform.case.generate", "--root", str(tmp_path)], capture_output=True, text=True)
     assert rewritten.returncode == 0 and run().returncode == 0

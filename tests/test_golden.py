@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from k2conform.corpus import load_corpus
-from k2conform.render import render, render_with_template
+from k2conform.case.corpus import load_corpus
+from k2conform.reference.render import render, render_with_template
 
 from entry_points import K2CONFORM
 

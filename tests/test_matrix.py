@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from syrupy.extensions.json import JSONSnapshotExtension
 
-from k2conform.registry import adapter_names
+from k2conform.adapter.registry import adapter_names
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from k2conform.registry import create_adapter, load
+from k2conform.adapter.registry import create_adapter, load
 
 ROOT = Path(__file__).resolve().parent.parent
 VENVS = Path(os.environ.get("K2CONFORM_VENVS", ROOT / ".venvs"))

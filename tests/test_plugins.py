@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from k2conform.adapter import Adapter
-from k2conform.registry import ENTRY_POINT_GROUP, adapter_names, create_adapter
+from k2conform.adapter.contract import Adapter
+from k2conform.adapter.registry import ENTRY_POINT_GROUP, adapter_names, create_adapter
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "k2conform-example-adapter"
@@ -120,8 +120,8 @@ def test_the_example_adapter_follows_the_contract(corpus):
     sys.path.insert(0, str(EXAMPLE))
     try:
         from k2conform_example_adapter.adapter import TinyAdapter
-        from k2conform.harness import execute
-        from k2conform.delivery import Delivery
+        from k2conform.adapter.harness import execute
+        from k2conform.delivery.modes import Delivery
         from k2conform.model import Delta
 
         adapter = TinyAdapter()

@@ -19,7 +19,7 @@ import textwrap
 import pytest
 
 from k2conform import markers as mk
-from k2conform.adapter import AdapterGlueError
+from k2conform.adapter.contract import AdapterGlueError
 from k2conform.model import Delta, Request, StreamEvent, join_text
 
 SB, SE, TB, AB, TE = mk.SECTION_BEGIN, mk.SECTION_END, mk.CALL_BEGIN, mk.ARGUMENT_BEGIN, mk.CALL_END
@@ -63,7 +63,7 @@ GOLDEN = {
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from k2conform.tokenizer import load_tokenizer
+    from k2conform.delivery.tokenizer import load_tokenizer
 
     return load_tokenizer()
 
@@ -275,7 +275,7 @@ def test_missing_package_is_unavailable(module, cls, package):
         f"""
         import json, sys
         sys.modules[{package!r}] = None  # makes `import {package}` raise ModuleNotFoundError
-        from k2conform.adapter import AdapterUnavailable
+        from k2conform.adapter.contract import AdapterUnavailable
         from k2conform_adapters.{module} import {cls}
         try:
             {cls}().load()

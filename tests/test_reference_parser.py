@@ -10,13 +10,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from k2conform import markers as mk
-from k2conform.corpus import load_corpus
+from k2conform.case.corpus import load_corpus
 from k2conform.model import Request
 from k2conform.reference import parser as reference
 from k2conform.reference.parser import ReferenceParser, parse
 from k2conform.reference.policies import POLICIES
-from k2conform.strategies import chunkings, completions
-from k2conform.stream import assemble
+from k2conform.testkit.strategies import chunkings, completions
+from k2conform.judge.stream import assemble
 
 CORPUS = load_corpus()
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from k2conform.registry import create_adapter, load
-from k2conform.report_finding import MESSAGE_FIELDS
+from k2conform.adapter.registry import create_adapter, load
+from k2conform.report_finding.bug_report import MESSAGE_FIELDS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -39,24 +39,21 @@ def _candidates(adapter: str) -> list[tuple[str, str]]:
 @pytest.fixture(scope="module")
 def findings(corpus):
     """Per adapter, the baseline's findings that are findings of the current corpus too."""
-    from k2conform.runner import FINDINGS as FINDING_OUTCOMES, RunConfig, run_cell
-    from k2conform.tokenizer import load_tokenizer
+    from k2conform.run.cell import run_cell
 
     cases = {c.id: c for c in corpus.completions}
-    tokenizer = load_tokenizer()
     found: dict[str, list[tuple[str, str]]] = {}
     for name in ("vllm", "sglang"):
         adapter = create_adapter(name)
         availability = load(adapter)
         if availability.status != "ok":
             continue
-        config = RunConfig(ROOT / "corpus", (name,))
         found[name] = []
         for case_id, mode in _candidates(name):
             if case_id not in cases:
                 continue
-            cell = run_cell(adapter, availability, cases[case_id], mode, tokenizer, config)
-            if cell.outcome in FINDING_OUTCOMES and set(cell.fields) <= set(MESSAGE_FIELDS):
+            cell = run_cell(adapter, cases[case_id], mode, availability=availability)
+            if cell.outcome.finding and set(cell.fields) <= set(MESSAGE_FIELDS):
                 found[name].append((case_id, mode))
             if len(found[name]) == 2 and any(m == "stream-token" for _, m in found[name]):
                 break
@@ -142,10 +139,10 @@ def test_usage_errors(tmp_path):
 
 def test_a_plugin_script_without_context_parameters(tmp_path, corpus):
     """An adapter whose repro_script takes only (request, deltas, mode) still gets a report."""
-    from k2conform.report_finding import _script, reproduces, run_script
-    from k2conform.delivery import Delivery
+    from k2conform.report_finding.bug_report import _script, reproduces, run_script
+    from k2conform.delivery.modes import Delivery
     from k2conform.model import Delta
-    from k2conform.runner import Cell
+    from k2conform.model import Cell, CellOutcome, FieldDiff
 
     class Minimal:
         def repro_script(self, request, deltas, mode):
@@ -154,7 +151,9 @@ def test_a_plugin_script_without_context_parameters(tmp_path, corpus):
     case = next(c for c in corpus.completions if c.id == "y_spec_single_call")
     script = _script(Minimal(), case, Delivery("whole", (Delta(case.model_output),)), None)
     run = run_script(script)
-    cell = Cell(case.id, "minimal", "whole", "differs", fields=["count", "content"])
+    cell = Cell(case.id, "minimal", "whole", CellOutcome.DIFFERS,
+                diffs=(FieldDiff("count", 1, 0, "count"), FieldDiff("content", None, "x", "text")))
     assert reproduces(case, cell, run)[0]
     blocked = run_script("import k2conform\n")
-    assert blocked["status"] != 0 and "ModuleNotFoundError" in blocked["stderr"] or "ImportError" in blocked["stderr"]
+    assert blocked["status"] != 0
+    assert "ModuleNotFoundError" in blocked["stderr"] or "ImportError" in blocked["stderr"]

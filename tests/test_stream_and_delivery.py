@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from k2conform import markers as mk
-from k2conform.delivery import MODES, TOKEN_ALIGNED_MODES, case_seed, deliveries
+from k2conform.delivery.modes import MODES, TOKEN_ALIGNED_MODES, case_seed, deliveries
 from k2conform.model import StreamEvent, ToolCallDelta
-from k2conform.stream import assemble
-from k2conform.tokenizer import load_tokenizer
+from k2conform.judge.stream import assemble
+from k2conform.delivery.tokenizer import load_tokenizer
 
 TOKENIZER = load_tokenizer()
 TEXT = ('Zürich 天气 <|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0'

@@ -8,9 +8,9 @@ import textwrap
 
 import pytest
 
-from k2conform.runner import RunConfig, run_cell
-from k2conform.testkit import BaselinedDeviation, ConformanceFailure, ConformanceKit, describe
-from k2conform.baseline import BaselineEntry
+from k2conform.run.cell import run_cell
+from k2conform.testkit.kit import BaselinedDeviation, ConformanceFailure, ConformanceKit, describe
+from k2conform.gate.baseline import BaselineEntry
 
 from downstream import MODES, downstream_project, node_outcomes, run_pytest
 
@@ -95,15 +95,13 @@ def test_a_parametrized_function_in_a_test_module(tmp_path):
 
 def test_the_kit_judges_exactly_as_the_matrix(corpus):
     """Same cell as run_cell: the kit adds no comparison of its own."""
-    from k2conform.registry import Availability
-    from k2conform.tokenizer import load_tokenizer
+    from k2conform.adapter.registry import Availability
     from k2conform_adapters.reference import ReferenceAdapter
 
     adapter = ReferenceAdapter()
     kit = ConformanceKit(adapter, cases=["y_spec_single_call"], modes=["stream-char"])
     case = next(c for c in corpus.completions if c.id == "y_spec_single_call")
-    config = RunConfig(kit.corpus, ("reference",), ("stream-char",))
-    direct = run_cell(adapter, Availability("ok"), case, "stream-char", load_tokenizer(), config)
+    direct = run_cell(adapter, case, "stream-char", availability=Availability("ok"))
     assert kit.run("y_spec_single_call", "stream-char").to_json() | {"seconds": 0} == direct.to_json() | {"seconds": 0}
 
 
@@ -137,3 +135,49 @@ def test_the_kit_distributes_under_xdist_with_the_serial_verdicts(downstream_run
     assert "2 workers" in parallel.stdout or "created: 2/2 workers" in parallel.stdout, parallel.stdout[-2000:]
     assert node_outcomes(parallel.stdout) == node_outcomes(serial.stdout)
     assert parallel.returncode == serial.returncode == 1
+
+
+class _SlowOnce:
+    """A reference adapter whose first parse hangs past any small deadline, the next ones not."""
+
+    def __init__(self, hang_every_time: bool):
+        from k2conform_adapters.reference import ReferenceAdapter
+
+        self.inner, self.hang_every_time, self.calls = ReferenceAdapter(), hang_every_time, 0
+        self.name, self.package, self.supported_versions = "slow", None, ()
+
+    def version(self):
+        return "1"
+
+    def supported(self):
+        return None
+
+    def load(self):
+        pass
+
+    def parse_whole(self, request, output):
+        import time
+
+        self.calls += 1
+        if self.hang_every_time or self.calls == 1:
+            time.sleep(3600)
+        return self.inner.parse_whole(request, output)
+
+
+def test_a_hanging_parser_is_a_timeout_failure_in_the_kit_not_a_hung_pytest():
+    kit = ConformanceKit(_SlowOnce(hang_every_time=True), cases=["y_spec_single_call"], modes=["whole"], timeout=0.05)
+    with pytest.raises(ConformanceFailure, match=r"timeout[\s\S]*no result within 0.05 s, nor within 0.5 s"):
+        kit.check("y_spec_single_call", "whole")
+
+
+def test_a_cell_slow_only_the_first_time_is_judged_on_its_retry_and_recorded_as_slow():
+    kit = ConformanceKit(_SlowOnce(hang_every_time=False), cases=["y_spec_single_call"], modes=["whole"], timeout=0.05)
+    cell = kit.check("y_spec_single_call", "whole")
+    assert cell.outcome == "agree"
+    slow = cell.observed.meta["slow"]
+    assert slow["deadline"] == 0.05 and slow["first_try_seconds"] >= 0.05
+
+
+def test_a_deadline_must_be_positive():
+    with pytest.raises(ValueError, match="more than 0 seconds"):
+        ConformanceKit(_SlowOnce(hang_every_time=False), cases=["y_spec_single_call"], modes=["whole"], timeout=0)

@@ -10,9 +10,7 @@ import tiktoken
 from tiktoken.load import load_tiktoken_bpe
 
 from k2conform import markers
-from k2conform import tokenizer as tk
-
-
+from k2conform.delivery import tokenizer as tk
 @pytest.fixture(scope="module")
 def tok() -> tk.KimiTokenizer:
     return tk.load_tokenizer()

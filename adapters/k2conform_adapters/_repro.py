@@ -130,7 +130,7 @@ def _token_texts(deltas: Sequence[Delta]) -> dict[int, str]:
     ids = sorted({i for d in deltas for i in d.token_ids})
     if not ids:
         return {}
-    from k2conform.tokenizer import load_tokenizer
+    from k2conform.delivery.tokenizer import load_tokenizer
 
     tokenizer = load_tokenizer()
     return {i: tokenizer.decode([i]) for i in ids}

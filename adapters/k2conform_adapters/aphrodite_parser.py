@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from k2conform import markers
-from k2conform.adapter import (
+from k2conform.adapter.contract import (
     Adapter,
     AdapterGlueError,
     AdapterUnavailable,

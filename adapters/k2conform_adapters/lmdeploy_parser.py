@@ -29,7 +29,7 @@ import re
 from typing import Any, Sequence
 
 from k2conform import markers
-from k2conform.adapter import (
+from k2conform.adapter.contract import (
     glue_imports,
     import_parser_package,
     Adapter,

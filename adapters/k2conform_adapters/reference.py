@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from k2conform.adapter import Adapter, call_parser
+from k2conform.adapter.contract import Adapter, call_parser
 from k2conform.model import Delta, Request, Result, StreamEvent
 from k2conform.reference.parser import ReferenceParser, parse
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 from typing import Any, Sequence
 
-from k2conform.adapter import (
+from k2conform.adapter.contract import (
     glue_imports,
     import_parser_package,
     Adapter,

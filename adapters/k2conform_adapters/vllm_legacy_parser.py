@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 from typing import Any, Sequence
 
-from k2conform.adapter import Adapter, AdapterGlueError, AdapterUnavailable, call_parser, require_api, glue_imports, import_parser_package
+from k2conform.adapter.contract import Adapter, AdapterGlueError, AdapterUnavailable, call_parser, require_api, glue_imports, import_parser_package
 from k2conform.model import Delta, Request, Result, StreamEvent, ToolCall, ToolCallDelta
 from k2conform_adapters.vllm_parser import MODEL_NAME, _mask_id, load_kimi_tokenizer
 

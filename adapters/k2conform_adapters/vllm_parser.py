@@ -30,7 +30,7 @@ import types
 from typing import Any, Sequence
 
 from k2conform import markers
-from k2conform.adapter import (
+from k2conform.adapter.contract import (
     glue_imports,
     import_parser_package,
     Adapter,
@@ -64,7 +64,7 @@ def _mask_id(tool_id: str | None, masked: list[str]) -> str | None:
 
 def load_kimi_tokenizer() -> Any:
     """The project's Kimi tokenizer (markers at their real ids), as vLLM's parser needs."""
-    from k2conform.tokenizer import load_tokenizer
+    from k2conform.delivery.tokenizer import load_tokenizer
 
     return load_tokenizer()
 

@@ -5,20 +5,16 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import signal
 import sys
 import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from k2conform import __version__
-from k2conform import delivery as dl
-from k2conform.corpus import CorpusError, default_corpus_dir, iter_problems, load_corpus
-from k2conform.harness import execute
-from k2conform.model import Request, Result
-from k2conform.registry import UnknownAdapter, adapter_names, create_adapter, load
+from k2conform.delivery import modes as dl
+from k2conform.case.corpus import CorpusError, default_corpus_dir, iter_problems, load_corpus
+from k2conform.model import Result, RunResults
+from k2conform.adapter.registry import UnknownAdapter, adapter_names, create_adapter, load
 from k2conform.errors import HarnessError, UsageError
-from k2conform.runner import FINDINGS
 
 DESCRIPTION = """\
 Conformance suite and fuzzing corpus for the Kimi K2 tool-calling format.
@@ -53,12 +49,8 @@ Adapters in another process (the adapter protocol, docs/adapter-protocol.md):
 
 #: Modules that each add one subcommand with ``add_parser(subparsers)``; their handlers
 #: raise UsageError for bad input and return the exit status.
-COMMAND_MODULES: tuple[str, ...] = ("k2conform.serve_adapter", "k2conform.fake_engine", "k2conform.fuzzing.cli", "k2conform.minimize", "k2conform.bench",
-                                   "k2conform.report_finding", "k2conform.setup_parsers")
-
-
-class _Deadline(BaseException):
-    """Raised by the alarm; a BaseException so no parser ``except Exception`` swallows it."""
+COMMAND_MODULES: tuple[str, ...] = ("k2conform.adapter.serve", "k2conform.engine.fake", "k2conform.fuzzing.cli", "k2conform.minimize.delta_debug", "k2conform.bench.measure",
+                                   "k2conform.report_finding.bug_report", "k2conform.setup.parsers")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -121,6 +113,8 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--html", type=Path, help="write the HTML report (and an SVG matrix beside it)")
     p.add_argument("--markdown", type=Path, help="write a Markdown summary (for a CI job summary)")
     p.add_argument("--baseline", type=Path, help="known deviations; new ones and stale entries fail the run")
+    p.add_argument("--allow-missing", action="append", default=[], metavar="ADAPTER",
+                   help="an adapter the baseline covers that may be absent from this run (repeatable)")
     p.add_argument("--jobs", type=int, default=0, help="worker processes (default: all cores)")
     p.add_argument("--timeout", type=float, default=20.0, help="seconds per cell before it is a timeout")
     p.add_argument("--seed", type=int, default=dl.DEFAULT_SEED, help="base seed of stream-random (per-case seeds derive from it)")
@@ -140,6 +134,8 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--html", type=Path, help="write the HTML report")
     p.add_argument("--markdown", type=Path, help="write a Markdown summary")
     p.add_argument("--baseline", type=Path, help="known deviations; new ones and stale entries fail the merge")
+    p.add_argument("--allow-missing", action="append", default=[], metavar="ADAPTER",
+                   help="an adapter the baseline covers that may be absent from these results (repeatable)")
     p.set_defaults(handler=cmd_merge)
 
     p = sub.add_parser("report", help="rebuild the reports from a results JSON written by run --json")
@@ -191,68 +187,45 @@ def _write_json(data: Any) -> None:
 
 
 def cmd_parse(args: argparse.Namespace) -> int:
-    from k2conform.tokenizer import load_tokenizer
+    from k2conform.case.corpus import request_from_json
+    from k2conform.run.cell import adhoc_case, run_cell
 
     data = _read_json_stdin((), ("model_output", "tools", "tool_choice", "thinking", "deltas"))
     recorded = data.get("deltas")
+    if recorded is not None and not (isinstance(recorded, list) and all(isinstance(d, str) for d in recorded)):
+        raise UsageError("field 'deltas' must be an array of strings")
     text = data.get("model_output")
     if text is None:
         if recorded is None:
             raise UsageError("field 'model_output' (or 'deltas') is required on stdin")
         text = "".join(recorded)
-    request = Request(
-        tools=tuple(data.get("tools") or ()),
-        tool_choice=data.get("tool_choice", "auto"),
-        thinking=bool(data.get("thinking", False)),
-    )
+    if not isinstance(text, str):
+        raise UsageError(f"field 'model_output' must be a string, not {type(text).__name__}")
+    request = request_from_json({k: data[k] for k in ("tools", "tool_choice", "thinking") if k in data}, "stdin")
     if args.delivery == "stream-recorded" and recorded is None:
         raise UsageError("--delivery stream-recorded needs 'deltas' on stdin")
     adapter = create_adapter(args.adapter)
-    availability = load(adapter)
-    if availability.status != "ok":
-        _write_json(Result.failed(availability.status, availability.reason, adapter=adapter.name).to_json())
-        return 0
-    tokenizer = load_tokenizer(args.tokenizer)
-    variants = dl.deliveries(text, args.delivery, tokenizer, seed=args.seed, recorded=recorded, burst=args.burst)
-    results = [_with_deadline(adapter, request, d, args.timeout) for d in variants]
-    _write_json(representative(results).to_json())
+    case = adhoc_case(request, text, tuple(recorded) if recorded is not None else None)
+    cell = run_cell(adapter, case, args.delivery, _cell_settings(args))
+    result = cell.observed or Result.failed(cell.outcome.value, cell.error or "")
+    if cell.variants_differing:
+        result = result.with_meta(variants_differing=list(cell.variants_differing))
+    _write_json(result.with_meta(adapter=adapter.name).to_json())
     return 0
 
 
-def _with_deadline(adapter: Any, request: Request, delivery: dl.Delivery, seconds: float) -> Result:
-    def alarm(signum: int, frame: Any) -> None:
-        raise _Deadline()
+def _cell_settings(args: argparse.Namespace) -> Any:
+    """The cell settings of a command's --seed, --burst, --tokenizer and --timeout (checked)."""
+    from k2conform.run.cell import CellSettings
 
-    previous = signal.signal(signal.SIGALRM, alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
-        return execute(adapter, request, delivery)
-    except _Deadline:
-        return Result.failed("timeout", f"no result within {seconds:g} s", adapter=adapter.name, delivery=delivery.label)
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
-def representative(results: Sequence[Result]) -> Result:
-    """One result for a mode with several variants: the first that differs from the first, if any."""
-    first = results[0]
-    key = _observable(first)
-    differing = [r for r in results[1:] if _observable(r) != key]
-    chosen = differing[0] if differing else first
-    if len(results) > 1:
-        chosen = chosen.with_meta(
-            variants=len(results), variants_differing=[r.meta.get("delivery") for r in differing]
-        )
-    return chosen
-
-
-def _observable(result: Result) -> tuple:
-    return (result.content or None, result.reasoning or None, result.tool_calls, result.outcome)
+        return CellSettings(seed=args.seed, burst=args.burst, tokenizer=args.tokenizer, deadline=args.timeout)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    from k2conform.render import render, render_with_template
+    from k2conform.reference.render import render, render_with_template
 
     data = _read_json_stdin(("messages",), ("messages", "tools", "add_generation_prompt"))
     messages, tools = data["messages"], data.get("tools") or []
@@ -296,8 +269,9 @@ def _shard(text: str) -> tuple[int, int]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from k2conform.baseline import load_baseline
-    from k2conform.runner import Matrix, RunConfig, in_shard, plan, progress_printer, select_cases
+    from k2conform.gate.baseline import load_baseline
+    from k2conform.run.matrix import Matrix, RunConfig, in_shard, plan, progress_printer, select_cases
+    from k2conform.run.results import adapter_row, assemble
 
     root = args.corpus or default_corpus_dir()
     corpus = load_corpus(root)
@@ -309,70 +283,37 @@ def cmd_run(args: argparse.Namespace) -> int:
     names = args.adapter or adapter_names()
     adapters = [create_adapter(name) for name in names]
     modes = tuple(args.delivery or dl.MODES)
-    entries = load_baseline(args.baseline) if args.baseline else None
-    config = RunConfig(root, tuple(names), modes, tuple(args.case), args.jobs, args.timeout, args.seed,
-                       args.burst, args.tokenizer)
+    baseline = load_baseline(args.baseline) if args.baseline else None
+    config = RunConfig(root, tuple(names), args.jobs, _cell_settings(args))
     matrix = Matrix(config, progress=progress_printer())
     started = time.monotonic()
     cells = matrix.run(plan(cases, names, modes))
-    results = {
-        "k2conform": __version__,
-        "seed": args.seed,
-        "modes": list(modes),
-        "wall_seconds": time.monotonic() - started,
-        "worker_restarts": matrix.restarts,
-        "adapters": [_adapter_row(a, matrix.availability.get(a.name, ("ok", ""))) for a in adapters],
-        "cases": [
-            {"id": c.id, "verdict": c.verdict, "description": c.description, "tags": list(c.tags),
-             "model_output": c.model_output, "deltas": list(c.deltas) if c.deltas else None,
-             "expected": c.expected.to_json() if c.expected else None}
-            for c in cases
-        ],
-        "cells": [cell.to_json() for cell in cells],
-    }
+    extra: dict[str, Any] = {}
     if args.shard:
-        results["shard"] = "{}/{}".format(*args.shard)
+        extra["shard"] = "{}/{}".format(*args.shard)
     if args.bench:
-        from k2conform.bench import streaming_cost
+        from k2conform.bench.measure import streaming_cost
 
-        results["streaming_cost"] = streaming_cost(_read_results(args.bench))
-    return _judge_and_report(results, cells, entries, args.json, args.html, args.markdown)
+        extra["streaming_cost"] = streaming_cost(_read_json(args.bench, "bench results"))
+    rows = [adapter_row(a, matrix.availability.get(a.name, ("ok", ""))) for a in adapters]
+    results = assemble(cells, cases, rows, args.seed, modes, time.monotonic() - started, matrix.restarts, **extra)
+    return _gate_and_report(results, baseline, args)
 
 
-def _judge_and_report(results: dict[str, Any], cells: Sequence[Any], entries: Sequence[Any] | None,
-                      json_path: Path | None, html_path: Path | None, md_path: Path | None) -> int:
-    """The gate over ``cells`` (with ``entries``: the baseline), the reports, the console summary."""
-    from k2conform import report
-    from k2conform.baseline import judge
+def _gate_and_report(results: RunResults, baseline: Any, args: argparse.Namespace) -> int:
+    """The gate, the reports, the console summary; the exit status."""
+    from k2conform.gate.baseline import gate
+    from k2conform.report import pages as report
 
-    verdict = judge(cells, entries or [])
-    passed = verdict.passed if entries is not None else not verdict.adapter_errors and not any(
-        cell.outcome in FINDINGS for cell in cells)
-    results["adapter_errors"] = verdict.adapter_errors
-    if entries is not None:
-        results["gate"] = {"passed": passed, "new": len(verdict.new), "baselined": len(verdict.baselined),
-                           "stale": [e.to_json() for e in verdict.stale],
-                           "new_cells": [f"{c.case} {c.adapter} {c.delivery}: {c.outcome} {','.join(c.fields)}" for c in verdict.new]}
-    _write_reports(results, json_path, html_path, md_path)
-    sys.stdout.write(report.markdown(results))
-    gate = results.get("gate")
-    if gate:
-        for line in gate["new_cells"][:50]:
-            print(f"NEW  {line}")
-        for entry in gate["stale"][:50]:
-            print(f"STALE baseline entry no longer occurs: {entry['case']} {entry['adapter']} {entry['delivery']} {entry['outcome']} {entry['fields']}")
+    results, passed = gate(results, baseline, args.allow_missing)
+    document = results.to_json()
+    _write_reports(document, args.json, args.html, args.markdown)
+    sys.stdout.write(report.markdown(document))  # the gate's every new, stale and missing item by name
     return 0 if passed else 1
 
 
-def _adapter_row(adapter: Any, availability: tuple[str, str]) -> dict[str, Any]:
-    return {
-        "name": adapter.name, "version": adapter.version(), "supported_versions": list(adapter.supported_versions),
-        "supported": adapter.supported(), "status": availability[0], "reason": availability[1],
-    }
-
-
 def _write_reports(results: dict[str, Any], json_path: Path | None, html_path: Path | None, md_path: Path | None) -> None:
-    from k2conform import report
+    from k2conform.report import pages as report
 
     for path, text in (
         (json_path, lambda: json.dumps(results, ensure_ascii=False, indent=1)),
@@ -385,61 +326,45 @@ def _write_reports(results: dict[str, Any], json_path: Path | None, html_path: P
             path.write_text(text(), encoding="utf-8")
 
 
-def _read_results(path: Path) -> dict[str, Any]:
+def _read_json(path: Path, what: str) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as error:
-        raise UsageError(f"cannot read results {path}: {error}") from None
+        raise UsageError(f"cannot read {what} {path}: {error}") from None
+
+
+def _read_results(path: Path) -> RunResults:
+    """A ``run --json`` document; one of another shape is a usage error naming the file."""
+    data = _read_json(path, "results")
+    try:
+        return RunResults.from_json(data)
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
+        raise UsageError(f"{path} is not a k2conform results document (run --json): {type(error).__name__}: {error}") from None
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    _write_reports(_read_results(args.results), None, args.html, args.markdown)
+    if not (args.html or args.markdown):
+        raise UsageError("nothing to write: give --html FILE and/or --markdown FILE")
+    _write_reports(_read_results(args.results).to_json(), None, args.html, args.markdown)
     return 0
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
-    from k2conform.baseline import load_baseline
-    from k2conform.runner import Cell
+    from k2conform.gate.baseline import load_baseline
+    from k2conform.run.results import merge
 
-    shards = [_read_results(path) for path in args.results]
-    seen: dict[tuple[str, str, str], Path] = {}
-    for path, shard in zip(args.results, shards):
-        for cell in shard.get("cells", ()):
-            key = (cell["case"], cell["adapter"], cell["delivery"])
-            if key in seen:
-                raise UsageError(f"{path}: cell {' '.join(key)} is also in {seen[key]} (the same shard twice?)")
-            seen[key] = path
-    first = shards[0]
-    for path, shard in zip(args.results[1:], shards[1:]):
-        for key in ("seed", "modes"):
-            if shard.get(key) != first.get(key):
-                raise UsageError(f"{path}: {key} {shard.get(key)!r} differs from {args.results[0]}'s {first.get(key)!r}")
-    adapters: dict[str, dict[str, Any]] = {}
-    for shard in shards:
-        for row in shard.get("adapters", ()):
-            adapters.setdefault(row["name"], row)
-    cases = {c["id"]: c for shard in shards for c in shard.get("cases", ())}
-    cells = sorted((c for shard in shards for c in shard.get("cells", ())),
-                   key=lambda c: (c["case"], c["adapter"], c["delivery"]))
-    results = {
-        "k2conform": __version__, "seed": first.get("seed"), "modes": first.get("modes"),
-        "wall_seconds": max(s.get("wall_seconds", 0.0) for s in shards),
-        "worker_restarts": sum(s.get("worker_restarts", 0) for s in shards),
-        "adapters": list(adapters.values()), "cases": sorted(cases.values(), key=lambda c: c["id"]),
-        "cells": cells, "merged_from": [s.get("shard") or str(p) for s, p in zip(shards, args.results)],
-    }
-    entries = load_baseline(args.baseline) if args.baseline else None
-    return _judge_and_report(results, [Cell(**c) for c in cells], entries, args.json, args.html, args.markdown)
+    merged = merge([(str(path), _read_results(path)) for path in args.results])
+    baseline = load_baseline(args.baseline) if args.baseline else None
+    return _gate_and_report(merged, baseline, args)
 
 
 def cmd_baseline(args: argparse.Namespace) -> int:
-    from k2conform.baseline import baseline_from_cells, load_baseline
-    from k2conform.runner import Cell
+    from k2conform.gate.baseline import baseline_from_cells, load_baseline
 
     results = _read_results(args.results)
-    cells = [Cell(**{k: v for k, v in c.items()}) for c in results["cells"]]
-    previous = load_baseline(args.previous) if args.previous else []
-    document = baseline_from_cells(cells, previous)
+    previous = load_baseline(args.previous).entries if args.previous else ()
+    ran = [row.name for row in results.adapters if row.status == "ok" and any(c.adapter == row.name for c in results.cells)]
+    document = baseline_from_cells(results.cells, previous, ran)
     args.out.write_text(json.dumps(document, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
     print(f"{len(document['entries'])} baseline entries written to {args.out}")
     return 0

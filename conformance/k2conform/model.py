@@ -1,22 +1,60 @@
-"""The core vocabulary every module speaks: request, tool call, result, outcome, delta.
+"""The core vocabulary every module speaks: request, delta, tool call, result, outcome, cell, run.
 
-A *case* (see ``k2conform.corpus``) is delivered to an *adapter* in a *delivery mode*
-(see ``k2conform.delivery``); the adapter returns a *result*; the comparison
-(``k2conform.compare``) turns result and expectation into a cell *outcome*.
+A *case* (``k2conform.case``) is delivered to an *adapter* (``k2conform.adapter``) in a
+*delivery mode* (``k2conform.delivery``); the adapter returns a :class:`Result` with a
+:class:`ResultOutcome`; judging it against the expectation (``k2conform.judge``) gives a
+:class:`Cell` with a :class:`CellOutcome` and its :class:`FieldDiff` list; a run
+(``k2conform.run``) is a :class:`RunResults`, which the gate, the reports, ``merge`` and
+``baseline`` read back with :meth:`RunResults.from_json`.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping, NamedTuple, Sequence
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from typing import Any, Mapping, NamedTuple, Sequence
 
-#: How a parse went, from the adapter's side.  ``ok``: the parser returned;
-#: ``crash``: the parser raised or its process died; ``timeout``: it did not return
-#: in time; ``unavailable``: its package is not installed; ``adapter-error``: the
-#: adapter's own glue no longer fits the installed release (never a parser finding).
-ResultOutcome = Literal["ok", "crash", "timeout", "unavailable", "adapter-error"]
-RESULT_OUTCOMES: tuple[str, ...] = ("ok", "crash", "timeout", "unavailable", "adapter-error")
+
+class ResultOutcome(StrEnum):
+    """How a parse went, from the adapter's side."""
+
+    OK = "ok"  #: the parser returned
+    CRASH = "crash"  #: the parser raised, or its process died
+    TIMEOUT = "timeout"  #: it did not return in time (twice: a slow first try is re-run)
+    UNAVAILABLE = "unavailable"  #: its package is not installed, or it does not take this mode
+    ADAPTER_ERROR = "adapter-error"  #: the adapter's glue no longer fits the installed release
+
+
+class CellOutcome(StrEnum):
+    """What one cell (case × adapter × delivery mode) came to."""
+
+    AGREE = "agree"  #: matches the expectation
+    DIFFERS = "differs"  #: does not; the fields say where
+    IMPL_DEFINED = "impl-defined"  #: an ``i_`` case: recorded, not judged
+    CRASH = "crash"
+    TIMEOUT = "timeout"
+    UNAVAILABLE = "unavailable"
+    ADAPTER_ERROR = "adapter-error"
+
+    @property
+    def passing(self) -> bool:
+        return self in PASSING
+
+    @property
+    def finding(self) -> bool:
+        """A finding about the parser under test.  ``adapter-error`` deliberately is not one: it
+        is a fact about k2conform's glue and the installed release, reported once per adapter."""
+        return self in FINDINGS
+
+
+PASSING = frozenset({CellOutcome.AGREE, CellOutcome.IMPL_DEFINED, CellOutcome.UNAVAILABLE})
+FINDINGS = frozenset({CellOutcome.DIFFERS, CellOutcome.CRASH, CellOutcome.TIMEOUT})
+#: Which outcome of a mode's several variants the cell reports: the first is the worst.
+SEVERITY = (CellOutcome.ADAPTER_ERROR, CellOutcome.CRASH, CellOutcome.TIMEOUT, CellOutcome.UNAVAILABLE,
+            CellOutcome.DIFFERS, CellOutcome.IMPL_DEFINED, CellOutcome.AGREE)
+#: The closed set of fields a difference can name, in report order.
+DIFF_FIELDS = ("count", "name", "arguments", "id", "content", "reasoning", "index", "stream-invariant")
 
 
 @dataclass(frozen=True)
@@ -46,7 +84,7 @@ class Result:
     content: str | None = None
     reasoning: str | None = None
     tool_calls: tuple[ToolCall, ...] = ()
-    outcome: ResultOutcome = "ok"
+    outcome: ResultOutcome = ResultOutcome.OK
     error: str | None = None
     meta: Mapping[str, Any] = field(default_factory=dict)
 
@@ -68,14 +106,14 @@ class Result:
             content=data.get("content"),
             reasoning=data.get("reasoning"),
             tool_calls=tuple(ToolCall.from_json(c) for c in data.get("tool_calls") or ()),
-            outcome=data.get("outcome", "ok"),
+            outcome=ResultOutcome(data.get("outcome", "ok")),
             error=data.get("error"),
             meta=data.get("meta") or {},
         )
 
     @classmethod
-    def failed(cls, outcome: ResultOutcome, error: str, **meta: Any) -> Result:
-        return cls(outcome=outcome, error=error, meta=meta)
+    def failed(cls, outcome: ResultOutcome | str, error: str, **meta: Any) -> Result:
+        return cls(outcome=ResultOutcome(outcome), error=error, meta=meta)
 
     def with_meta(self, **meta: Any) -> Result:
         return Result(
@@ -155,3 +193,148 @@ def join_text(parts: Sequence[str | None]) -> str | None:
     """Concatenate optional text pieces; ``None`` when nothing was sent."""
     pieces = [p for p in parts if p is not None]
     return "".join(pieces) if pieces else None
+
+
+@dataclass(frozen=True)
+class FieldDiff:
+    """One field in which an observed result differs, and how it was compared."""
+
+    field: str  #: one of :data:`DIFF_FIELDS`
+    expected: Any
+    observed: Any
+    how: str  #: "json", "bytes", "whitespace", "count", "text", "stream"
+    call: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        data = {"field": self.field, "expected": self.expected, "observed": self.observed, "how": self.how}
+        if self.call is not None:
+            data["call"] = self.call
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> FieldDiff:
+        return cls(data["field"], data.get("expected"), data.get("observed"), data["how"], data.get("call"))
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One case through one adapter in one delivery mode: the outcome, where it differs, what was seen."""
+
+    case: str
+    adapter: str
+    delivery: str
+    outcome: CellOutcome
+    diffs: tuple[FieldDiff, ...] = ()
+    observed: Result | None = None
+    #: The delivery variant the cell reports (``stream-random[...]``), and every variant that
+    #: did not pass, for modes made of several streams.
+    variant: str = ""
+    variants_differing: tuple[str, ...] = ()
+    seconds: float = 0.0
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        """The differing fields, each once, in :data:`DIFF_FIELDS` order."""
+        return tuple(sorted({d.field for d in self.diffs}, key=DIFF_FIELDS.index))
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.case, self.adapter, self.delivery)
+
+    @property
+    def error(self) -> str | None:
+        return self.observed.error if self.observed else None
+
+    def timed(self, seconds: float) -> Cell:
+        return replace(self, seconds=seconds)
+
+    @classmethod
+    def failed(cls, case: str, adapter: str, delivery: str, outcome: CellOutcome | str, error: str) -> Cell:
+        """A cell without a parse: unavailable, a lost worker's crash or timeout, an adapter error."""
+        outcome = CellOutcome(outcome)
+        return cls(case, adapter, delivery, outcome, observed=Result.failed(outcome.value, error))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "case": self.case, "adapter": self.adapter, "delivery": self.delivery,
+            "outcome": self.outcome.value, "fields": list(self.fields), "diffs": [d.to_json() for d in self.diffs],
+            "variant": self.variant, "variants_differing": list(self.variants_differing),
+            "observed": self.observed.to_json() if self.observed else None, "seconds": round(self.seconds, 6),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Cell:
+        observed = data.get("observed")
+        return cls(
+            data["case"], data["adapter"], data["delivery"], CellOutcome(data["outcome"]),
+            diffs=tuple(FieldDiff.from_json(d) for d in data.get("diffs") or ()),
+            observed=Result.from_json(observed) if observed else None,
+            variant=data.get("variant", ""), variants_differing=tuple(data.get("variants_differing") or ()),
+            seconds=data.get("seconds", 0.0),
+        )
+
+
+@dataclass(frozen=True)
+class AdapterRow:
+    """What a run knows of one adapter: its release, whether the glue was written for it,
+    and whether it loaded (``status`` is ``ok``, ``unavailable`` or ``adapter-error``)."""
+
+    name: str
+    version: str | None
+    supported_versions: tuple[str, ...] = ()
+    supported: bool | None = None
+    status: ResultOutcome = ResultOutcome.OK
+    reason: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "version": self.version, "supported_versions": list(self.supported_versions),
+                "supported": self.supported, "status": self.status.value, "reason": self.reason}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> AdapterRow:
+        return cls(data["name"], data.get("version"), tuple(data.get("supported_versions") or ()),
+                   data.get("supported"), ResultOutcome(data.get("status", "ok")), data.get("reason", ""))
+
+
+#: Keys of a results document other than the typed ones, kept as they are (the gate's
+#: verdict, adapter errors, the streaming-cost check, the shard).
+_EXTRA_KEYS = ("gate", "adapter_errors", "streaming_cost", "shard", "merged_from")
+
+
+@dataclass(frozen=True)
+class RunResults:
+    """A run's results document (``run --json``): what was run, on what, and every cell."""
+
+    version: str
+    seed: int
+    modes: tuple[str, ...]
+    adapters: tuple[AdapterRow, ...]
+    cases: tuple[Mapping[str, Any], ...]  #: id, verdict, description, tags, model_output, deltas, expected
+    cells: tuple[Cell, ...]
+    wall_seconds: float = 0.0
+    worker_restarts: int = 0
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "k2conform": self.version, "seed": self.seed, "modes": list(self.modes),
+            "wall_seconds": self.wall_seconds, "worker_restarts": self.worker_restarts,
+            "adapters": [a.to_json() for a in self.adapters], "cases": [dict(c) for c in self.cases],
+            "cells": [c.to_json() for c in self.cells],
+        }
+        data.update({k: self.extra[k] for k in _EXTRA_KEYS if k in self.extra})
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RunResults:
+        """Raises KeyError, TypeError or ValueError on a document of the wrong shape."""
+        return cls(
+            version=data["k2conform"], seed=data["seed"], modes=tuple(data["modes"]),
+            adapters=tuple(AdapterRow.from_json(a) for a in data["adapters"]),
+            cases=tuple(data["cases"]), cells=tuple(Cell.from_json(c) for c in data["cells"]),
+            wall_seconds=data.get("wall_seconds", 0.0), worker_restarts=data.get("worker_restarts", 0),
+            extra={k: data[k] for k in _EXTRA_KEYS if k in data},
+        )
+
+    def with_extra(self, **extra: Any) -> RunResults:
+        return replace(self, extra={**self.extra, **extra})

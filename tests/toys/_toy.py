@@ -8,8 +8,8 @@ import os
 import sys
 from typing import Callable
 
-from k2conform.serve_adapter import answer
-from k2conform_adapters.command import PROTOCOL
+from k2conform.adapter.serve import answer
+from k2conform.adapter.protocol import PROTOCOL
 from k2conform_adapters.reference import ReferenceAdapter
 
 TRIGGER = os.environ.get("K2_TOY_TRIGGER", "Shanghai")

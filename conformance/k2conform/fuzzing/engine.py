@@ -1,7 +1,7 @@
 """The differential engine shared by the fuzz targets and ``k2conform minimize``.
 
 It keeps the harness's isolation rules: an adapter is driven through
-:func:`k2conform.harness.execute`, so an exception inside a parser is a ``crash`` result
+:func:`k2conform.adapter.harness.execute`, so an exception inside a parser is a ``crash`` result
 (a finding) and a hang past the deadline a ``timeout``; anything that is k2conform's own
 fault (an ``adapter-error``, the reference parser failing, the reference's stream parse
 differing from its one-shot parse, a bug in the comparison) raises :class:`HarnessBug`
@@ -12,16 +12,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from k2conform import delivery as dl
-from k2conform.corpus import CompletionCase, Expectation, load_case
+from k2conform.delivery import modes as dl
+from k2conform.case.corpus import CompletionCase, Expectation, load_case
 from k2conform.fuzzing.signature import classify, components, signature, slug
-from k2conform.model import Delta, Request, Result, dumps_canonical
+from k2conform.model import Delta, Request, Result
 
 #: Delivery modes the fuzzers accept: the matrix's modes plus ``stream-split``, the
 #: text-level stream cut where the fuzz input says (its cut list).
@@ -46,10 +45,6 @@ KEEPING_POLICIES = frozenset({
 
 class HarnessBug(AssertionError):
     """A bug in k2conform itself (glue, reference, comparison): never a parser finding."""
-
-
-class _Deadline(BaseException):
-    """Raised by the alarm; a BaseException so no parser ``except Exception`` swallows it."""
 
 
 def verdict_for(policies: Iterable[str]) -> str:
@@ -85,8 +80,8 @@ class Engine:
     skipped: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        from k2conform.registry import adapter_names, create_adapter, load
-        from k2conform.tokenizer import load_tokenizer
+        from k2conform.adapter.registry import adapter_names, create_adapter, load
+        from k2conform.delivery.tokenizer import load_tokenizer
 
         if self.tokenizer is None:
             self.tokenizer = load_tokenizer()
@@ -117,20 +112,14 @@ class Engine:
 
     def run(self, adapter: Any, request: Request, delivery: dl.Delivery) -> Result:
         """The harness's ``execute`` under a deadline; glue errors are k2conform's bugs."""
-        from k2conform.harness import execute
+        from k2conform.adapter.harness import execute
+        from k2conform.run.cell import DeadlinePassed, deadline
 
-        def alarm(signum: int, frame: Any) -> None:
-            raise _Deadline()
-
-        previous = signal.signal(signal.SIGALRM, alarm)
-        signal.setitimer(signal.ITIMER_REAL, self.deadline)
         try:
-            result = execute(adapter, request, delivery)
-        except _Deadline:
+            with deadline(self.deadline):
+                result = execute(adapter, request, delivery)
+        except DeadlinePassed:
             result = Result.failed("timeout", f"no result within {self.deadline:g} s")
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, previous)
         if result.outcome not in ("ok", "crash", "timeout"):
             raise HarnessBug(f"{adapter.name} {delivery.label}: {result.outcome}: {result.error}")
         return result
@@ -229,7 +218,7 @@ def finding_case(request: Request, text: str, observation: Observation, target: 
 
 
 def write_case_file(case: CompletionCase, directory: Path | str) -> Path:
-    from k2conform.corpus import write_case
+    from k2conform.case.corpus import write_case
 
     return write_case(case, directory)
 

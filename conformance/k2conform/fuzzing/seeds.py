@@ -13,7 +13,7 @@ import hashlib
 from pathlib import Path
 
 from k2conform import markers as mk
-from k2conform.corpus import load_corpus
+from k2conform.case.corpus import load_corpus
 from k2conform.fuzzing.envelope import DECLARE_TOOLS, THINKING, FuzzInput
 
 

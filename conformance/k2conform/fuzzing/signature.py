@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping, Sequence
 
-from k2conform.compare import compare_arguments
+from k2conform.judge.compare import compare_arguments
 from k2conform.markers import LEAK_MARKERS
 from k2conform.model import Result
 

@@ -78,13 +78,13 @@ def _observable(result: Any) -> tuple:
 
 
 def reference_target() -> Callable[[bytes], None]:
-    from k2conform.delivery import cut
+    from k2conform.delivery.modes import cut
     from k2conform.fuzzing.envelope import decode
     from k2conform.markers import LEAK_MARKERS
     from k2conform.model import Result, ToolCall
     from k2conform.reference.parser import ReferenceParser, parse
     from k2conform.reference.policies import POLICIES
-    from k2conform.stream import assemble
+    from k2conform.judge.stream import assemble
 
     def check_valid(result: Result) -> None:
         assert isinstance(result, Result) and result.outcome == "ok" and result.error is None, result
@@ -196,7 +196,7 @@ def roundtrip_input(data: bytes) -> tuple[Any, str, Any]:
     import atheris
 
     from k2conform.model import Request, Result, ToolCall
-    from k2conform.render import render_tool_calls
+    from k2conform.reference.render import render_tool_calls
 
     fdp = atheris.FuzzedDataProvider(data)
     names = list(dict.fromkeys(fuzz_name(fdp) for _ in range(fdp.ConsumeIntInRange(1, 4))))
@@ -223,7 +223,7 @@ def roundtrip_input(data: bytes) -> tuple[Any, str, Any]:
 
 
 def roundtrip_target(engine: Any, modes: Sequence[str], store: Any) -> Callable[[bytes], None]:
-    from k2conform.compare import compare_results
+    from k2conform.judge.compare import compare_results
 
     def test_one_input(data: bytes) -> None:
         request, text, expected = roundtrip_input(data)

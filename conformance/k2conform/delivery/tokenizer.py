@@ -16,7 +16,7 @@ like the real one where a tool-call parser can tell the difference:
 
 Only the ids of ordinary text differ from the real tokenizer's (the stand-in has a few
 thousand ranks trained on ``data/standin_corpus.txt``; see :func:`build_standin_ranks`).
-Regenerate the shipped ranks with ``python -m k2conform.tokenizer --rebuild``.
+Regenerate the shipped ranks with ``python -m k2conform.delivery.tokenizer --rebuild``.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from typing import overload
 import regex
 import tiktoken
 
-from . import markers
+from k2conform import markers
 
 # Moonshot's tokenization_kimi.py, ``TikTokenTokenizer.pat_str``, verbatim (checked against
 # two copies of the file; see tests).  ``&&`` is class *intersection*: tiktoken's engine
@@ -77,7 +77,7 @@ _NOT_SPECIAL: frozenset[str] = frozenset(
     markers.TOOL_MARKERS + (markers.THINK_BEGIN, markers.THINK_END)
 )
 
-_DATA = Path(__file__).parent / "data"
+_DATA = Path(__file__).resolve().parent.parent / "data"
 STANDIN_RANKS_FILE = _DATA / "standin.tiktoken"
 STANDIN_CORPUS_FILE = _DATA / "standin_corpus.txt"
 #: Number of BPE merges trained for the stand-in (ranks = 256 bytes + merges).
@@ -319,6 +319,7 @@ def _split_long_runs(s: str, limit: int = _MAX_NO_WHITESPACES_CHARS) -> Iterator
 # Loading
 
 
+@functools.lru_cache(maxsize=4)
 def load_tokenizer(path: str | os.PathLike[str] | None = None) -> KimiTokenizer:
     """The stand-in (no ``path``) or the real tokenizer from a model directory.
 
@@ -505,10 +506,10 @@ def build_standin_ranks() -> dict[bytes, int]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m k2conform.tokenizer --rebuild`` rewrites ``data/standin.tiktoken``."""
+    """``python -m k2conform.delivery.tokenizer --rebuild`` rewrites ``data/standin.tiktoken``."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m k2conform.tokenizer", description=main.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m k2conform.delivery.tokenizer", description=main.__doc__)
     parser.add_argument("--rebuild", action="store_true", help="retrain and rewrite the ranks file")
     args = parser.parse_args(argv)
     if args.rebuild:

@@ -11,29 +11,9 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
 from typing import Any
 
-from k2conform.model import Result, ToolCall
-
-#: The closed set of fields a difference can name.
-DIFF_FIELDS = ("count", "name", "arguments", "id", "content", "reasoning", "index", "stream-invariant")
-
-
-@dataclass(frozen=True)
-class FieldDiff:
-    field: str
-    expected: Any
-    observed: Any
-    how: str  # "json", "bytes", "whitespace", "count", "text", "stream"
-    call: int | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        data = {"field": self.field, "expected": self.expected, "observed": self.observed, "how": self.how}
-        if self.call is not None:
-            data["call"] = self.call
-        return data
-
+from k2conform.model import FieldDiff, Result, ToolCall
 
 class _Duplicate(ValueError):
     pass

@@ -24,10 +24,10 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Iterable, Mapping, Sequence
 
-from k2conform import delivery as dl
+from k2conform.delivery import modes as dl
 from k2conform import markers as mk
-from k2conform.corpus import ProbeCase, load_corpus
-from k2conform.harness import execute
+from k2conform.case.corpus import ProbeCase, load_corpus
+from k2conform.adapter.harness import execute
 from k2conform.model import Request, Result, StreamEvent, ToolCall
 
 FAULTS: dict[str, str] = {
@@ -44,8 +44,8 @@ class FakeEngine:
 
     def __init__(self, probes: Sequence[ProbeCase] | None = None, faults: Iterable[str] = (),
                  adapter: str = "reference", model: str = "kimi-k2-fake", api_key: str | None = None) -> None:
-        from k2conform.registry import create_adapter, load
-        from k2conform.tokenizer import load_tokenizer
+        from k2conform.adapter.registry import create_adapter, load
+        from k2conform.delivery.tokenizer import load_tokenizer
 
         unknown = set(faults) - set(FAULTS)
         if unknown:
@@ -176,7 +176,7 @@ class FakeEngine:
         yield chunk({}, finish)
 
     def tokenize(self, body: Mapping[str, Any]) -> dict[str, Any]:
-        from k2conform.render import render
+        from k2conform.reference.render import render
 
         if "messages" in body:
             text = render(body["messages"], body.get("tools") or [], bool(body.get("add_generation_prompt", True)))

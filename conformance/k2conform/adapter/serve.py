@@ -16,15 +16,14 @@ import argparse
 import json
 import os
 import sys
-import traceback
 from typing import Any, TextIO
 
-from k2conform.adapter import Adapter, AdapterGlueError, AdapterUnavailable, ParserCrash
-from k2conform.delivery import Delivery
-from k2conform.harness import execute
+from k2conform.adapter.contract import Adapter
+from k2conform.delivery.modes import Delivery
+from k2conform.adapter.harness import execute, guarded
 from k2conform.model import Result
-from k2conform.registry import create_adapter, load
-from k2conform_adapters.command import PROTOCOL, ProtocolError, is_command_spec, parse_request_line
+from k2conform.adapter.registry import create_adapter, load
+from k2conform.adapter.protocol import PROTOCOL, ProtocolError, is_command_spec, parse_request_line
 
 
 def add_parser(subparsers: Any) -> None:
@@ -71,18 +70,9 @@ def answer(adapter: Adapter, line: str) -> dict[str, Any]:
     if mode == "whole":
         result = execute(adapter, request, Delivery("whole", deltas))
         return result.to_json()
-    try:
-        events = adapter.parse_stream(request, deltas)
-    except ParserCrash as error:
-        return {"outcome": "crash", "error": str(error)}
-    except AdapterUnavailable as error:
-        return {"outcome": "unavailable", "error": str(error)}
-    except AdapterGlueError as error:
-        return {"outcome": "adapter-error", "error": str(error)}
-    except Exception as error:  # noqa: BLE001 - outside call_parser: the glue's
-        where = traceback.extract_tb(error.__traceback__)[-1]
-        return {"outcome": "adapter-error",
-                "error": f"{type(error).__name__}: {error} (at {where.filename}:{where.lineno})"}
+    events = guarded(lambda: adapter.parse_stream(request, deltas))
+    if isinstance(events, Result):
+        return {"outcome": events.outcome.value, "error": events.error}
     return {"events": [event.to_json() for event in events if event is not None]}
 
 

@@ -1,7 +1,7 @@
 """Hypothesis strategies for Kimi K2 tool calling, for this project's property tests and yours.
 
     from hypothesis import given
-    from k2conform.strategies import completions, chunkings
+    from k2conform.testkit.strategies import completions, chunkings
 
     @given(completions(), st.data())
     def test_my_parser(generated, data):
@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from k2conform import markers as mk
 from k2conform.model import Request, ToolCall
-from k2conform.render import render_tool_calls
+from k2conform.reference.render import render_tool_calls
 
 settings.register_profile("ci", max_examples=60, derandomize=True, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])

@@ -16,12 +16,12 @@ from typing import Any, Mapping
 
 import pytest
 
-from k2conform.compare import json_equal, strict_json
-from k2conform.corpus import ProbeCase, load_corpus
+from k2conform.judge.compare import json_equal, strict_json
+from k2conform.case.corpus import ProbeCase, load_corpus
 from k2conform.markers import LEAK_MARKERS
 from k2conform.model import StreamEvent, ToolCallDelta
-from k2conform.pytest_plugin import SUMMARY_KEY, EngineSummary
-from k2conform.stream import assemble
+from k2conform.engine.plugin import SUMMARY_KEY, EngineSummary
+from k2conform.judge.stream import assemble
 
 CHECKS = {
     "prompt": "the chat renders to the golden prompt stream (server's /tokenize + /detokenize)",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib.metadata
 from dataclasses import dataclass
 
-from k2conform.adapter import Adapter, AdapterGlueError, AdapterUnavailable
+from k2conform.adapter.contract import Adapter, AdapterGlueError, AdapterUnavailable
 
 ENTRY_POINT_GROUP = "k2conform.adapters"
 BUILTIN_ORDER = ("reference", "vllm", "sglang")
@@ -30,7 +30,8 @@ def adapter_names() -> list[str]:
 def create_adapter(name: str) -> Adapter:
     """An adapter instance, not yet loaded.  ``cmd:COMMAND ARGS`` (or ``NAME=cmd:...``) is an
     adapter in another process speaking the adapter protocol (docs/adapter-protocol.md)."""
-    from k2conform_adapters.command import CommandAdapter, is_command_spec
+    from k2conform.adapter.command import CommandAdapter
+    from k2conform.adapter.protocol import is_command_spec
 
     if is_command_spec(name):
         return CommandAdapter(name)

@@ -187,14 +187,14 @@ def read_input(path: Path) -> tuple[Request, str, tuple[str, ...] | None, str | 
     except (UnicodeDecodeError, json.JSONDecodeError):
         data = None
     if not isinstance(data, dict):  # a raw fuzz input (libFuzzer's corpus or crash file)
-        from k2conform.delivery import cut
+        from k2conform.delivery.modes import cut
         from k2conform.fuzzing.envelope import decode
 
         fuzz = decode(raw)
         pieces = tuple(d.text for d in cut(fuzz.text, fuzz.split_points())) if fuzz.cuts is not None else None
         return fuzz.request(), fuzz.text, pieces, "stream-split" if pieces else None, None
     if data.get("kind") == "completion":
-        from k2conform.corpus import case_from_json
+        from k2conform.case.corpus import case_from_json
 
         case = case_from_json(data)
         generator = case.generator or {}
@@ -261,7 +261,7 @@ def cmd_minimize(args: argparse.Namespace) -> int:
     import warnings
 
     from k2conform.errors import UsageError
-    from k2conform.corpus import default_corpus_dir
+    from k2conform.case.corpus import default_corpus_dir
     from k2conform.fuzzing.engine import FUZZ_MODES, Engine, finding_case, write_case_file
     from k2conform.model import dumps_canonical
 

@@ -11,8 +11,8 @@ the generator also builds the intended calls itself and refuses to write the cas
 the reference disagrees, so a reference bug cannot silently become an expectation.
 ``n_`` and ``i_`` cases that state an intended result are checked the same way.
 
-    python -m k2conform.generate            # (re)write corpus/generated and docs/taxonomy.md
-    python -m k2conform.generate --check    # exit 1 listing missing, stale or changed files
+    python -m k2conform.case.generate            # (re)write corpus/generated and docs/taxonomy.md
+    python -m k2conform.case.generate --check    # exit 1 listing missing, stale or changed files
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from k2conform import markers as mk
-from k2conform.corpus import CompletionCase, Expectation, PromptCase, write_case
+from k2conform.case.corpus import CompletionCase, Expectation, PromptCase, write_case
 from k2conform.model import Request, ToolCall
 from k2conform.reference.parser import ReferenceParser, parse
-from k2conform.render import render
+from k2conform.reference.render import render
 from k2conform.resources import checkout_root
 
 DEFAULT_SEED = 20261130
@@ -1423,7 +1423,7 @@ def render_taxonomy(g: _Generator) -> str:
     lines = [
         "# Edge-case taxonomy",
         "",
-        "<!-- Written by `python -m k2conform.generate` from `conformance/generate.py`; edit the generator, not this file. -->",
+        "<!-- Written by `python -m k2conform.case.generate` from `conformance/k2conform/case/generate.py`; edit the generator, not this file. -->",
         "",
         "Every generated case in `corpus/generated/<group>/` belongs to one class below (its first tag; the group is",
         "the class prefix in lower case). The case's other tags are the reference policies that fired",
@@ -1523,7 +1523,7 @@ def check_generated(root: Path | str, seed: int = DEFAULT_SEED) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m k2conform.generate", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m k2conform.case.generate", description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="exit 1 listing files that differ from what the generator writes")
     parser.add_argument("--root", type=Path, default=checkout_root(), help="repository root (default: this checkout)")
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"base seed (default {DEFAULT_SEED})")
@@ -1533,7 +1533,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for problem in problems:
             print(problem)
         if problems:
-            print(f"{len(problems)} file(s) differ; run python -m k2conform.generate", file=sys.stderr)
+            print(f"{len(problems)} file(s) differ; run python -m k2conform.case.generate", file=sys.stderr)
             return 1
         print("corpus/generated and docs/taxonomy.md are up to date")
         return 0

@@ -25,14 +25,15 @@ import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
-from k2conform import delivery as dl
-from k2conform.compare import compare_results
-from k2conform.corpus import CompletionCase, default_corpus_dir, load_corpus
-from k2conform.harness import execute
+from k2conform.delivery import modes as dl
+from k2conform.judge.compare import compare_results
+from k2conform.case.corpus import CompletionCase, default_corpus_dir, load_corpus
+from k2conform.adapter.harness import execute
 from k2conform.markers import visible
-from k2conform.model import Result, ToolCall
-from k2conform.registry import adapter_names, create_adapter, load
-from k2conform.runner import FINDINGS, RunConfig, run_cell
+from k2conform.model import Result, RunResults, ToolCall
+from k2conform.adapter.registry import adapter_names, create_adapter, load
+from k2conform.errors import UsageError
+from k2conform.run.cell import CellSettings, run_cell
 
 #: Fields a script that checks the final message can show (stream invariants need the stream).
 MESSAGE_FIELDS = ("count", "name", "arguments", "id", "content", "reasoning")
@@ -68,41 +69,31 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--seed", type=int, default=dl.DEFAULT_SEED)
     p.add_argument("--burst", type=int, default=dl.DEFAULT_BURST)
     p.add_argument("--tokenizer", help="directory with the real tiktoken.model and tokenizer_config.json")
+    p.add_argument("--timeout", type=float, default=20.0, help="seconds before the parse is a timeout (re-run once with 10x)")
     p.add_argument("--no-run", action="store_true", help="do not run the reproduction script")
     p.set_defaults(handler=cmd_report_finding)
 
 
-class _Usage(Exception):
-    """Bad input: one line on stderr, exit status 2 (handled here, so that it holds under
-    ``python -m k2conform.cli`` too, where the CLI's own UsageError is another class)."""
-
-
 def cmd_report_finding(args: argparse.Namespace) -> int:
-    try:
-        return _report_finding(args)
-    except _Usage as error:
-        print(f"k2conform report-finding: {error}", file=sys.stderr)
-        return 2
-
-
-def _report_finding(args: argparse.Namespace) -> int:
-    from k2conform.tokenizer import load_tokenizer
+    from k2conform.delivery.tokenizer import load_tokenizer
 
     root = args.corpus or default_corpus_dir()
     cases = {c.id: c for c in load_corpus(root).completions}
     case = cases.get(args.case)
     if case is None:
-        raise _Usage(f"no completion case {args.case!r} under {root}")
+        raise UsageError(f"no completion case {args.case!r} under {root}")
     adapter = create_adapter(args.adapter)
     availability = load(adapter)
     if availability.status != "ok":
-        raise _Usage(f"adapter {adapter.name} is {availability.status} here: {availability.reason}")
+        raise UsageError(f"adapter {adapter.name} is {availability.status} here: {availability.reason}")
     tokenizer = load_tokenizer(args.tokenizer)
-    config = RunConfig(root, (adapter.name,), (args.delivery,), seed=args.seed, burst=args.burst,
-                       tokenizer=args.tokenizer)
-    cell = run_cell(adapter, availability, case, args.delivery, tokenizer, config)
-    if cell.outcome not in FINDINGS:
-        raise _Usage(f"{case.id} [{args.delivery}] is {cell.outcome} for {adapter.name}: not a finding")
+    try:
+        settings = CellSettings(seed=args.seed, burst=args.burst, tokenizer=args.tokenizer, deadline=args.timeout)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    cell = run_cell(adapter, case, args.delivery, settings, availability)
+    if not cell.outcome.finding:
+        raise UsageError(f"{case.id} [{args.delivery}] is {cell.outcome} for {adapter.name}: not a finding")
     variants = dl.deliveries(case.model_output, args.delivery, tokenizer, seed=dl.case_seed(args.seed, case.id),
                              recorded=case.deltas, burst=args.burst)
     variant = next((v for v in variants if v.label == cell.variant), variants[0])
@@ -207,15 +198,17 @@ def _other_results(args: argparse.Namespace, target: str, case: CompletionCase, 
         rows.append({"adapter": other.name, "version": other.version(), "outcome": result.outcome,
                      "result": result, "source": "run now, same delivery"})
     if args.results:
-        data = json.loads(args.results.read_text(encoding="utf-8"))
-        versions = {a["name"]: a.get("version") for a in data.get("adapters", ())}
+        try:
+            data = RunResults.from_json(json.loads(args.results.read_text(encoding="utf-8")))
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            raise UsageError(f"{args.results} is not a readable results document: {error}") from None
+        versions = {a.name: a.version for a in data.adapters}
         shown = {r["adapter"] for r in rows if r["result"] is not None} | {target}
-        for cell in data.get("cells", ()):
-            if cell["case"] == case.id and cell["delivery"] == variant.mode and cell["adapter"] not in shown:
-                observed = Result.from_json(cell["observed"]) if cell.get("observed") else None
-                rows.append({"adapter": cell["adapter"], "version": versions.get(cell["adapter"]),
-                             "outcome": cell["outcome"], "result": observed,
-                             "source": f"{args.results.name} ({cell.get('variant') or variant.mode})"})
+        for cell in data.cells:
+            if cell.case == case.id and cell.delivery == variant.mode and cell.adapter not in shown:
+                rows.append({"adapter": cell.adapter, "version": versions.get(cell.adapter),
+                             "outcome": cell.outcome, "result": cell.observed,
+                             "source": f"{args.results.name} ({cell.variant or variant.mode})"})
     return rows
 
 
@@ -307,7 +300,7 @@ def markdown(case: CompletionCase, adapter: Any, cell: Any, variant: dl.Delivery
         "",
         "## What the parser returned",
         "",
-        _fence(_json(_message(Result.from_json(cell.observed)) if cell.observed else None), "json"),
+        _fence(_json(_message(cell.observed) if cell.observed else None), "json"),
         "",
         "## What the spec expects",
         "",
@@ -318,10 +311,10 @@ def markdown(case: CompletionCase, adapter: Any, cell: Any, variant: dl.Delivery
         out.append("Differences:")
         out.append("")
         for diff in cell.diffs:
-            where = f" (call {diff['call']})" if diff.get("call") is not None else ""
-            out.append(f"* `{diff['field']}`{where}, compared as {diff['how']}: expected "
-                       f"`{visible(json.dumps(diff['expected'], ensure_ascii=False))}`, got "
-                       f"`{visible(json.dumps(diff['observed'], ensure_ascii=False))}`")
+            where = f" (call {diff.call})" if diff.call is not None else ""
+            out.append(f"* `{diff.field}`{where}, compared as {diff.how}: expected "
+                       f"`{visible(json.dumps(diff.expected, ensure_ascii=False))}`, got "
+                       f"`{visible(json.dumps(diff.observed, ensure_ascii=False))}`")
         out.append("")
     out += ["## What other parsers return", "", "| parser | version | result | source |", "|---|---|---|---|"]
     for row in others:

@@ -9,7 +9,7 @@ import json
 from collections import Counter, defaultdict
 from typing import Any, Iterable
 
-from k2conform.delivery import TOKEN_ALIGNED_MODES
+from k2conform.delivery.modes import TOKEN_ALIGNED_MODES
 from k2conform.markers import visible
 
 #: Cells that say something about the parser; adapter-error cells never count against it.
@@ -129,6 +129,10 @@ def markdown(results: dict[str, Any]) -> str:
     if gate:
         lines += ["", f"**Gate:** {'PASS' if gate['passed'] else 'FAIL'}: {gate['new']} new disagreement(s), "
                       f"{gate['baselined']} baselined, {len(gate['stale'])} stale baseline entr(y/ies)."]
+        lines += [f"- MISSING: {line}" for line in gate.get("missing", ())]
+        lines += [f"- NEW: {line}" for line in gate["new_cells"]]
+        lines += [f"- STALE: {e['case']} {e['adapter']} {e['delivery']}: {e['outcome']} {','.join(e['fields'])} "
+                  "no longer occurs" for e in gate["stale"]]
     return "\n".join(lines + streaming_cost_lines(results)) + "\n"
 
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 import atexit
 import json
 import os
-import re
 import select
 import shlex
 import signal
@@ -39,25 +38,21 @@ import time
 import weakref
 from typing import Any, Mapping, Sequence
 
-from k2conform.adapter import Adapter, AdapterGlueError, AdapterUnavailable, ParserCrash
-from k2conform.model import Delta, Request, Result, StreamEvent, ToolCallDelta
+from k2conform.adapter.contract import Adapter, AdapterGlueError, AdapterUnavailable, ParserCrash
+from k2conform.adapter.protocol import (
+    ProtocolError,
+    check_hello,
+    is_command_spec,
+    events_line,
+    raise_failure,
+    request_line,
+    result_line,
+    split_spec,
+)
+from k2conform.model import Delta, Request, Result, StreamEvent
 
-PROTOCOL = "k2conform-adapter/1"
-PREFIX = "cmd:"
-#: ``NAME=cmd:COMMAND``: an explicit report name.
-_NAMED = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9_.@+\-]*)=cmd:(?P<command>.*)$", re.S)
 #: Seconds a command may take to write its hello (importing vLLM takes a while).
 STARTUP_TIMEOUT = float(os.environ.get("K2CONFORM_CMD_STARTUP_TIMEOUT", "300"))
-_RESULT_OUTCOMES = ("ok", "crash", "timeout", "unavailable", "adapter-error")
-
-
-def is_command_spec(spec: str) -> bool:
-    """Whether an ``--adapter`` value names an out-of-process adapter."""
-    return spec.startswith(PREFIX) or _NAMED.match(spec) is not None
-
-
-class ProtocolError(Exception):
-    """The peer wrote something that is not a well-formed protocol line."""
 
 
 class _Peer:
@@ -176,15 +171,9 @@ class CommandAdapter(Adapter):
     description = "out-of-process adapter (k2conform adapter protocol over stdin/stdout)"
 
     def __init__(self, spec: str) -> None:
-        named = _NAMED.match(spec)
-        if named:
-            self._label: str | None = named["name"]
-            command = named["command"]
-        elif spec.startswith(PREFIX):
-            self._label = None
-            command = spec[len(PREFIX):]
-        else:
+        if not is_command_spec(spec):
             raise ValueError(f"not a cmd: adapter: {spec!r}")
+        self._label, command = split_spec(spec)
         self.spec = spec
         self.argv = shlex.split(command)
         if not self.argv:
@@ -231,7 +220,7 @@ class CommandAdapter(Adapter):
         self.starts += 1
         try:
             hello = peer.receive(timeout=STARTUP_TIMEOUT)
-            _check_hello(hello)
+            check_hello(hello)
         except ProtocolError as error:
             peer.close()
             raise AdapterGlueError("cmd hello", f"{shlex.join(self.argv)}: {error}") from None
@@ -282,145 +271,19 @@ class CommandAdapter(Adapter):
     # --- the two parse modes ---------------------------------------------------------------
 
     def parse_whole(self, request: Request, output: Delta) -> Result:
-        response = self._exchange(_request_line("whole", request, (output,)))
+        response = self._exchange(request_line("whole", request, (output,)))
         try:
-            return _result(response)
+            return result_line(response)
         except ProtocolError as error:
             self.close()
             raise ParserCrash(error) from None
 
     def parse_stream(self, request: Request, deltas: Sequence[Delta]) -> list[StreamEvent]:
-        response = self._exchange(_request_line("stream", request, deltas))
+        response = self._exchange(request_line("stream", request, deltas))
         try:
             if "events" not in response:
-                _raise_failure(response)
-            return _events(response)
+                raise_failure(response)
+            return events_line(response)
         except ProtocolError as error:
             self.close()
             raise ParserCrash(error) from None
-
-
-# --- the wire format, both directions -------------------------------------------------------
-
-
-def _request_line(mode: str, request: Request, deltas: Sequence[Delta]) -> dict[str, Any]:
-    return {
-        "mode": mode,
-        "request": request.to_json(),
-        "deltas": [{"text": d.text, "token_ids": list(d.token_ids)} for d in deltas],
-    }
-
-
-def parse_request_line(data: Any) -> tuple[str, Request, tuple[Delta, ...]]:
-    """A request line as (mode, request, deltas); ProtocolError names what is wrong."""
-    if not isinstance(data, dict):
-        raise ProtocolError("a request must be a JSON object")
-    mode = data.get("mode")
-    if mode not in ("whole", "stream"):
-        raise ProtocolError(f"'mode' must be 'whole' or 'stream', not {mode!r}")
-    raw = data.get("request")
-    if not isinstance(raw, dict):
-        raise ProtocolError("'request' must be an object")
-    tools = raw.get("tools") or []
-    if not isinstance(tools, list):
-        raise ProtocolError("'request.tools' must be an array")
-    request = Request(tools=tuple(tools), tool_choice=raw.get("tool_choice", "auto"),
-                      thinking=bool(raw.get("thinking", False)))
-    raw_deltas = data.get("deltas")
-    if not isinstance(raw_deltas, list):
-        raise ProtocolError("'deltas' must be an array")
-    deltas = []
-    for i, d in enumerate(raw_deltas):
-        if not isinstance(d, dict) or not isinstance(d.get("text"), str):
-            raise ProtocolError(f"'deltas[{i}]' must be an object with a string 'text'")
-        ids = d.get("token_ids") or []
-        if not isinstance(ids, list) or not all(isinstance(t, int) for t in ids):
-            raise ProtocolError(f"'deltas[{i}].token_ids' must be an array of integers")
-        deltas.append(Delta(d["text"], tuple(ids)))
-    if mode == "whole" and len(deltas) != 1:
-        raise ProtocolError("a 'whole' request has exactly one delta")
-    return mode, request, tuple(deltas)
-
-
-def _check_hello(hello: Any) -> None:
-    if not isinstance(hello, dict) or hello.get("protocol") != PROTOCOL:
-        raise ProtocolError(f"the first line must be a hello with \"protocol\": \"{PROTOCOL}\", got {str(hello)[:120]!r}")
-    if not isinstance(hello.get("name"), str) or not hello["name"]:
-        raise ProtocolError("the hello must carry the adapter's 'name'")
-    if hello.get("version") is not None and not isinstance(hello["version"], str):
-        raise ProtocolError("the hello's 'version' must be a string or null")
-    if hello.get("status", "ok") not in ("ok", "unavailable", "adapter-error"):
-        raise ProtocolError(f"the hello's 'status' is {hello.get('status')!r}")
-
-
-def _optional_str(data: Mapping[str, Any], key: str, where: str) -> str | None:
-    value = data.get(key)
-    if value is not None and not isinstance(value, str):
-        raise ProtocolError(f"{where}'{key}' must be a string or null")
-    return value
-
-
-def _result(data: Mapping[str, Any]) -> Result:
-    outcome = data.get("outcome", "ok")
-    if outcome not in _RESULT_OUTCOMES:
-        raise ProtocolError(f"unknown outcome {outcome!r}")
-    calls = data.get("tool_calls", [])
-    if not isinstance(calls, list):
-        raise ProtocolError("'tool_calls' must be an array")
-    for i, call in enumerate(calls):
-        if not isinstance(call, dict) or not isinstance(call.get("name"), str) \
-                or not isinstance(call.get("arguments"), str):
-            raise ProtocolError(f"tool_calls[{i}] needs a string 'name' and 'arguments'")
-        _optional_str(call, "id", f"tool_calls[{i}].")
-    for key in ("content", "reasoning", "error"):
-        _optional_str(data, key, "")
-    meta = data.get("meta") or {}
-    if not isinstance(meta, dict):
-        raise ProtocolError("'meta' must be an object")
-    return Result.from_json(data)
-
-
-def _raise_failure(data: Mapping[str, Any]) -> None:
-    outcome = data.get("outcome")
-    error = str(data.get("error") or "")
-    if outcome == "crash":
-        raise ParserCrash(RemoteError(error))
-    if outcome == "adapter-error":
-        raise AdapterGlueError("remote adapter", error)
-    if outcome == "unavailable":
-        raise AdapterUnavailable(error)
-    if outcome == "timeout":
-        raise ParserCrash(TimeoutError(error))
-    raise ProtocolError("a stream response needs 'events' (or an 'outcome' that is not ok)")
-
-
-class RemoteError(Exception):
-    """The remote parser raised; its message travels as text."""
-
-
-def _events(data: Mapping[str, Any]) -> list[StreamEvent]:
-    events = data["events"]
-    if not isinstance(events, list):
-        raise ProtocolError("'events' must be an array")
-    out = []
-    for n, event in enumerate(events):
-        if not isinstance(event, dict):
-            raise ProtocolError(f"events[{n}] must be an object")
-        deltas = []
-        calls = event.get("tool_calls") or []
-        if not isinstance(calls, list):
-            raise ProtocolError(f"events[{n}].tool_calls must be an array")
-        for i, call in enumerate(calls):
-            where = f"events[{n}].tool_calls[{i}]."
-            if not isinstance(call, dict) or not isinstance(call.get("index"), int):
-                raise ProtocolError(f"{where}index must be an integer")
-            deltas.append(ToolCallDelta(
-                index=call["index"], id=_optional_str(call, "id", where),
-                name=_optional_str(call, "name", where), arguments=_optional_str(call, "arguments", where),
-            ))
-        out.append(StreamEvent(
-            content=_optional_str(event, "content", f"events[{n}]."),
-            reasoning=_optional_str(event, "reasoning", f"events[{n}]."),
-            tool_calls=tuple(deltas),
-        ))
-    return out

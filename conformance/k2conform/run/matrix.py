@@ -1,7 +1,8 @@
 """The matrix: every case × adapter × delivery mode, in worker processes, one outcome per cell.
 
-Cell outcomes form a closed vocabulary (``CELL_OUTCOMES``).  Workers import every adapter
-once; the parent hands out one cell at a time and enforces a per-cell deadline.  A parser
+Workers import every adapter once and compute each cell with :func:`k2conform.run.cell.run_cell`
+(which owns the deadline and its retry); the parent hands out one cell at a time and gives a
+worker up after the cell's hard limit.  A parser
 that hangs or kills its worker becomes a ``timeout``/``crash`` cell and the worker is
 replaced; an exception in this project's own code (comparison, delivery, reporting) is a
 harness error that stops the run with a traceback (exit status 2).
@@ -18,154 +19,29 @@ import sys
 import time
 import traceback
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from k2conform import delivery as dl
-from k2conform.compare import FieldDiff, compare_arguments, compare_results
 from k2conform.errors import HarnessError
-from k2conform.corpus import CompletionCase, load_corpus
-from k2conform.harness import execute
-from k2conform.model import Result
-from k2conform.registry import Availability, create_adapter, load
-
-#: What a cell can be.  ``agree``: matches the expectation; ``differs``: it does not (the
-#: fields say where); ``impl-defined``: an ``i_`` case, recorded and not judged; the rest
-#: say the parser or its adapter could not produce a result.
-CELL_OUTCOMES = ("agree", "differs", "impl-defined", "crash", "timeout", "unavailable", "adapter-error")
-PASSING = ("agree", "impl-defined", "unavailable")
-#: Findings about the parser under test.  ``adapter-error`` is deliberately not one: it is
-#: a fact about k2conform's glue and the installed release, reported once per adapter.
-FINDINGS = ("differs", "crash", "timeout")
-
-
-@dataclass(frozen=True)
-class CellKey:
-    case: str
-    adapter: str
-    delivery: str
-
-
-@dataclass
-class Cell:
-    case: str
-    adapter: str
-    delivery: str
-    outcome: str
-    fields: list[str] = field(default_factory=list)
-    diffs: list[dict[str, Any]] = field(default_factory=list)
-    observed: dict[str, Any] | None = None
-    variant: str = ""
-    variants_differing: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-
-    @property
-    def key(self) -> CellKey:
-        return CellKey(self.case, self.adapter, self.delivery)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "case": self.case, "adapter": self.adapter, "delivery": self.delivery,
-            "outcome": self.outcome, "fields": self.fields, "diffs": self.diffs,
-            "variant": self.variant, "variants_differing": self.variants_differing,
-            "observed": self.observed, "seconds": round(self.seconds, 6),
-        }
-
+from k2conform.case.corpus import CompletionCase, load_corpus
+from k2conform.adapter.registry import create_adapter, load
+from k2conform.model import Cell
+from k2conform.run.cell import CellSettings, run_cell
 
 @dataclass(frozen=True)
 class RunConfig:
+    """What the workers load (the corpus, the adapters) and how each cell runs."""
+
     corpus_root: Path
     adapters: tuple[str, ...]
-    modes: tuple[str, ...] = dl.DEFAULT_MODES
-    case_globs: tuple[str, ...] = ()
     jobs: int = 0
-    timeout: float = 20.0
-    seed: int = dl.DEFAULT_SEED
-    burst: int = dl.DEFAULT_BURST
-    tokenizer: str | None = None
+    cell: CellSettings = CellSettings()
 
 
 def select_cases(cases: Iterable[CompletionCase], globs: Sequence[str]) -> list[CompletionCase]:
     return [c for c in cases if not globs or any(fnmatch.fnmatchcase(c.id, g) for g in globs)]
-
-
-# -- one cell ------------------------------------------------------------------------------
-
-
-def run_cell(adapter: Any, availability: Availability, case: CompletionCase, mode: str,
-             tokenizer: Any, config: RunConfig, whole_results: dict | None = None) -> Cell:
-    """Every variant of ``mode`` through ``adapter``; the cell reports the worst variant."""
-    started = time.perf_counter()
-    if availability.status != "ok":
-        return Cell(case.id, adapter.name, mode, availability.status,
-                    observed=Result.failed(availability.status, availability.reason).to_json())
-    variants = dl.deliveries(
-        case.model_output, mode, tokenizer, seed=dl.case_seed(config.seed, case.id),
-        recorded=case.deltas, burst=config.burst,
-    )
-    if not variants:
-        return Cell(case.id, adapter.name, mode, "unavailable",
-                    observed=Result.failed("unavailable", "the case has no recorded deltas").to_json())
-    whole = None
-    if mode != "whole":
-        cache = whole_results if whole_results is not None else {}
-        key = (case.id, adapter.name)
-        if key not in cache:
-            cache[key] = execute(adapter, case.request, dl.deliveries(case.model_output, "whole", tokenizer)[0])
-        whole = cache[key]
-    judged = [_judge(case, execute(adapter, case.request, v), whole) for v in variants]
-    worst = min(judged, key=lambda j: _SEVERITY[j[0]])
-    outcome, diffs, result = worst
-    differing = [v.label for v, j in zip(variants, judged) if j[0] != "agree" and j[0] != "impl-defined"]
-    cell = Cell(
-        case.id, adapter.name, mode, outcome,
-        fields=sorted({d.field for d in diffs}, key=_field_order),
-        diffs=[d.to_json() for d in diffs],
-        observed=result.to_json(),
-        variant=str(result.meta.get("delivery", mode)),
-        variants_differing=differing if len(variants) > 1 else [],
-    )
-    cell.seconds = time.perf_counter() - started
-    return cell
-
-
-_SEVERITY = {"adapter-error": 0, "crash": 1, "timeout": 2, "unavailable": 3, "differs": 4, "impl-defined": 5, "agree": 6}
-
-
-def _field_order(name: str) -> int:
-    from k2conform.compare import DIFF_FIELDS
-
-    return DIFF_FIELDS.index(name)
-
-
-def _judge(case: CompletionCase, result: Result, whole: Result | None) -> tuple[str, list[FieldDiff], Result]:
-    if result.outcome != "ok":
-        return result.outcome, [], result
-    diffs = _stream_diffs(result, whole)
-    if case.verdict != "i" and case.expected is not None:
-        diffs = compare_results(case.expected.as_result(), result) + diffs
-    if diffs:
-        return "differs", diffs, result
-    return ("impl-defined" if case.verdict == "i" else "agree"), [], result
-
-
-def _stream_diffs(result: Result, whole: Result | None) -> list[FieldDiff]:
-    """Stream invariants, and the stream's calls against the same adapter's one-shot parse."""
-    diffs = []
-    for violation in result.meta.get("stream_violations") or ():
-        field_name = "index" if "contiguous" in violation else "stream-invariant"
-        diffs.append(FieldDiff(field_name, None, violation, "stream"))
-    if whole is not None and whole.outcome == "ok":
-        w_calls, s_calls = whole.tool_calls, result.tool_calls
-        if len(w_calls) != len(s_calls):
-            diffs.append(FieldDiff("stream-invariant", len(w_calls), len(s_calls), "stream",
-                                   ))
-        for i, (w, s) in enumerate(zip(w_calls, s_calls)):
-            if compare_arguments(w.arguments, s.arguments):
-                diffs.append(FieldDiff("stream-invariant", w.arguments, s.arguments, "stream", i))
-    return diffs
 
 
 # -- workers ---------------------------------------------------------------------------------
@@ -177,14 +53,14 @@ def _worker(conn: Connection, config: RunConfig, silence: bool = True) -> None:
     Parsers log freely (SGLang warns once per unrecognised id); a worker's output would
     bury the progress bar, so it goes to /dev/null and results travel over the pipe.
     """
-    from k2conform.tokenizer import load_tokenizer
+    from k2conform.delivery.tokenizer import load_tokenizer
 
     if silence:
         _silence()
 
     try:
         corpus = {c.id: c for c in load_corpus(config.corpus_root).completions}
-        tokenizer = load_tokenizer(config.tokenizer)
+        load_tokenizer(config.cell.tokenizer)
         adapters = {name: create_adapter(name) for name in config.adapters}
         availability = {name: load(a) for name, a in adapters.items()}
     except BaseException:  # noqa: BLE001 - reported to the parent as a harness error
@@ -198,10 +74,8 @@ def _worker(conn: Connection, config: RunConfig, silence: bool = True) -> None:
             return
         case_id, adapter_name, mode = task
         try:
-            if len(whole_results) > 256:
-                whole_results.clear()
-            cell = run_cell(adapters[adapter_name], availability[adapter_name], corpus[case_id], mode,
-                            tokenizer, config, whole_results)
+            cell = run_cell(adapters[adapter_name], corpus[case_id], mode, config.cell,
+                            availability[adapter_name], whole_results)
         except BaseException:  # noqa: BLE001 - reported to the parent as a harness error
             conn.send(("harness-error", traceback.format_exc()))
             return
@@ -272,7 +146,7 @@ class Matrix:
                 for slot in slots:
                     if slot.task is None and pending:
                         slot.task = pending.pop()
-                        slot.deadline = time.monotonic() + self.config.timeout
+                        slot.deadline = time.monotonic() + self.config.cell.hard_limit
                         slot.conn.send(slot.task)
                 busy = [s for s in slots if s.task]
                 nearest = min(s.deadline for s in busy)
@@ -305,10 +179,10 @@ class Matrix:
         case_id, spec, mode = task
         adapter = self.display_names.get(spec, spec)
         if kind == "timeout":
-            reason = f"no result within {self.config.timeout:g} s; worker restarted"
-            return Cell(case_id, adapter, mode, "timeout", observed=Result.failed("timeout", reason).to_json())
+            reason = f"no result within {self.config.cell.hard_limit:g} s, retry included; worker restarted"
+            return Cell.failed(case_id, adapter, mode, "timeout", reason)
         reason = "the worker process died while parsing (a crash in native code?); worker restarted"
-        return Cell(case_id, adapter, mode, "crash", observed=Result.failed("crash", reason).to_json())
+        return Cell.failed(case_id, adapter, mode, "crash", reason)
 
     def _replace(self, slot: _Slot) -> _Slot:
         self._stop(slot)

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from k2conform import __version__
-from k2conform import delivery as dl
+from k2conform.delivery import modes as dl
 from k2conform import markers as mk
 from k2conform.model import Delta, Request
 from k2conform.resources import bundled
@@ -373,22 +373,22 @@ def harness_cost(adapters: dict[str, Any], tokenizer: Any, budget: float, max_ca
     """Run the matrix's own cell function (delivery modes, stream reassembly, comparison) in
     this process over a sample of the corpus, and split its time into the parsers' calls
     and everything else."""
-    from k2conform.corpus import default_corpus_dir, load_corpus
-    from k2conform.registry import Availability
-    from k2conform.runner import RunConfig, run_cell
+    from k2conform.adapter.registry import Availability
+    from k2conform.case.corpus import load_corpus
+    from k2conform.run.cell import CellSettings, run_cell
 
     cases = sorted(load_corpus().completions, key=lambda c: c.id)
     rows = []
     for name, adapter in adapters.items():
         timed = _TimedAdapter(adapter)
-        config = RunConfig(default_corpus_dir(), (name,))
+        settings = CellSettings(deadline=600.0)
         cache: dict = {}
         started = time.perf_counter()
         cells = 0
         step = max(1, len(cases) // max_cases) if max_cases else 1
         for case in cases[::step]:
             for mode in dl.DEFAULT_MODES:
-                run_cell(timed, Availability("ok"), case, mode, tokenizer, config, cache)
+                run_cell(timed, case, mode, settings, Availability("ok"), cache)
                 cells += 1
             if time.perf_counter() - started > budget:
                 break
@@ -609,8 +609,8 @@ def _costs(row: dict[str, Any]) -> list[float]:
 def run_bench(names: Sequence[str], *, quick: bool = False, reps: int | None = None, series_budget: float | None = None,
               max_seconds: float | None = None, memory_kb: int | None = None, harness: bool = True,
               fuzz_seconds: int = 0, run_results: Path | None = None, log: Callable[[str], None] = print) -> dict[str, Any]:
-    from k2conform.registry import create_adapter, load
-    from k2conform.tokenizer import load_tokenizer
+    from k2conform.adapter.registry import create_adapter, load
+    from k2conform.delivery.tokenizer import load_tokenizer
 
     started = time.monotonic()
     max_seconds = max_seconds if max_seconds is not None else (30.0 if quick else 55.0)
@@ -687,7 +687,7 @@ def add_parser(subparsers: Any) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from k2conform.registry import adapter_names
+    from k2conform.adapter.registry import adapter_names
 
     names = args.adapter or adapter_names()
     fuzz_seconds = args.fuzz_seconds if args.fuzz_seconds is not None else (0 if args.quick else 3)

@@ -4,7 +4,7 @@
     pytest --k2-engine-url http://127.0.0.1:8000/v1 --k2-model moonshotai/Kimi-K2-Instruct \\
            [--k2-api-key-env MY_KEY_VAR] [--k2-min-schema-accuracy 0.95] [--k2-min-trigger-agreement 0.95]
 
-With the option, the session collects ``k2conform.engine_checks`` (prompt conformance
+With the option, the session collects ``k2conform.engine.checks`` (prompt conformance
 through the server's ``/tokenize``, the probe conversations of ``corpus/probes`` whole and
 streamed, and a K2-Vendor-Verifier-style summary gated by the thresholds); without
 explicit test paths, only those.  The API key is read from the environment variable named
@@ -81,7 +81,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if var and var not in os.environ:
         raise pytest.UsageError(f"--k2-api-key-env: the environment variable {var} is not set")
     config.stash[SUMMARY_KEY] = EngineSummary()
-    checks = str(Path(__file__).with_name("engine_checks.py"))
+    checks = str(Path(__file__).with_name("checks.py"))
     if config.args_source == pytest.Config.ArgsSource.ARGS:
         config.args.append(checks)
     else:

@@ -1,7 +1,7 @@
 """A test kit for parser authors: the whole corpus against *your* parser, in your pytest run.
 
 ``pip install k2conform`` in your repository, write an adapter for your parser (the two
-methods of :class:`k2conform.adapter.Adapter`, see docs/adapters.md) and add, in your
+methods of :class:`k2conform.adapter.contract.Adapter`, see docs/adapters.md) and add, in your
 ``conftest.py`` or in any ``test_*.py`` module::
 
     from k2conform.testkit import conformance_tests
@@ -11,7 +11,7 @@ methods of :class:`k2conform.adapter.Adapter`, see docs/adapters.md) and add, in
 
 Your pytest run then has one test per case and delivery mode, with the id ``CASE[MODE]``
 (``conftest.py::y_spec_single_call[stream-token]``).  Each test is one cell of
-``k2conform run``, computed by the same code (:func:`k2conform.runner.run_cell`: the same
+``k2conform run``, computed by the same code (:func:`k2conform.run.cell.run_cell`: the same
 delivery modes, the same stream reassembly and invariants, the same comparison with the
 project's expectations), so the verdicts are the matrix's:
 
@@ -27,7 +27,8 @@ project's expectations), so the verdicts are the matrix's:
 
 Options: ``modes`` (default: every mode but ``stream-recorded``, which runs for cases that
 recorded deltas when you name it), ``cases`` (id globs), ``corpus`` (another corpus
-directory), ``seed``, ``burst``, ``tokenizer`` (a real Kimi tokenizer directory).
+directory), ``seed``, ``burst``, ``tokenizer`` (a real Kimi tokenizer directory), ``timeout``
+(seconds per cell: a hanging parser is a ``timeout`` failure, not a hung pytest).
 """
 
 from __future__ import annotations
@@ -40,13 +41,15 @@ from typing import Any, Iterator, Sequence
 
 import pytest
 
-from k2conform import delivery as dl
-from k2conform.adapter import Adapter
-from k2conform.baseline import BaselineEntry, load_baseline
-from k2conform.corpus import CompletionCase, default_corpus_dir, load_corpus
+from k2conform.delivery import modes as dl
+from k2conform.adapter.contract import Adapter
+from k2conform.gate.baseline import BaselineEntry, load_baseline
+from k2conform.case.corpus import CompletionCase, default_corpus_dir, load_corpus
 from k2conform.markers import visible
-from k2conform.registry import Availability, load
-from k2conform.runner import PASSING, Cell, RunConfig, run_cell, select_cases
+from k2conform.adapter.registry import Availability, load
+from k2conform.model import Cell, CellOutcome
+from k2conform.run.cell import CellSettings, run_cell
+from k2conform.run.matrix import select_cases
 
 __all__ = ["ConformanceKit", "ConformanceFailure", "BaselinedDeviation", "conformance_tests"]
 
@@ -71,8 +74,9 @@ class ConformanceKit:
     seed: int = dl.DEFAULT_SEED
     burst: int = dl.DEFAULT_BURST
     tokenizer: str | None = None
+    #: Seconds per cell before it is run again with ten times as long, then a ``timeout`` failure.
+    timeout: float = 20.0
     _availability: Availability | None = field(default=None, repr=False)
-    _tokenizer: Any = field(default=None, repr=False)
     _whole: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -82,8 +86,7 @@ class ConformanceKit:
         root = Path(self.corpus) if self.corpus else default_corpus_dir()
         self.corpus = root
         self._cases = {c.id: c for c in select_cases(load_corpus(root).completions, self.cases)}
-        self.config = RunConfig(root, (self.adapter.name,), tuple(self.modes), tuple(self.cases),
-                                seed=self.seed, burst=self.burst, tokenizer=self.tokenizer)
+        self.settings = CellSettings(seed=self.seed, burst=self.burst, tokenizer=self.tokenizer, deadline=self.timeout)
 
     # -- what to run ----------------------------------------------------------------------
 
@@ -114,22 +117,16 @@ class ConformanceKit:
     def run(self, case_id: str, mode: str) -> Cell:
         """The matrix's cell for this case and mode (the same code as ``k2conform run``)."""
         if self._availability is None:
-            from k2conform.tokenizer import load_tokenizer
-
             self._availability = load(self.adapter)
-            self._tokenizer = load_tokenizer(self.tokenizer)
-        if len(self._whole) > 256:
-            self._whole.clear()
-        return run_cell(self.adapter, self._availability, self._cases[case_id], mode,
-                        self._tokenizer, self.config, self._whole)
+        return run_cell(self.adapter, self._cases[case_id], mode, self.settings, self._availability, self._whole)
 
     def check(self, case_id: str, mode: str) -> Cell:
         """Run the cell and raise for pytest: skip, pass, or the failure with its diff."""
         cell = self.run(case_id, mode)
-        if cell.outcome == "unavailable":
-            pytest.skip(f"{self.adapter.name} unavailable: {(cell.observed or {}).get('error') or ''}")
+        if cell.outcome == CellOutcome.UNAVAILABLE:
+            pytest.skip(f"{self.adapter.name} unavailable: {cell.error or ''}")
         entry = self.entry_for(case_id, mode)
-        if cell.outcome in PASSING:
+        if cell.outcome.passing:
             return cell  # a baselined cell that passes is an XPASS(strict): a stale entry
         text = describe(self._cases[case_id], cell)
         if entry is not None and entry.outcome == cell.outcome and tuple(entry.fields) == tuple(cell.fields):
@@ -154,19 +151,18 @@ def describe(case: CompletionCase, cell: Cell) -> str:
     if cell.variants_differing:
         lines.append(f"variants that differ: {', '.join(cell.variants_differing[:8])}"
                      + (" ..." if len(cell.variants_differing) > 8 else ""))
-    observed = cell.observed or {}
-    if cell.outcome not in ("differs",):
-        lines.append(f"error: {observed.get('error')}")
+    if cell.outcome != CellOutcome.DIFFERS:
+        lines.append(f"error: {cell.error}")
     for diff in cell.diffs:
-        where = f" of call {diff['call']}" if diff.get("call") is not None else ""
+        where = f" of call {diff.call}" if diff.call is not None else ""
         lines += [
-            f"- {diff['field']}{where} differs ({diff['how']}):",
-            f"    expected: {_show(diff['expected'])}",
-            f"    observed: {_show(diff['observed'])}",
+            f"- {diff.field}{where} differs ({diff.how}):",
+            f"    expected: {_show(diff.expected)}",
+            f"    observed: {_show(diff.observed)}",
         ]
-    if cell.outcome == "differs":
+    if cell.outcome == CellOutcome.DIFFERS and cell.observed is not None:
         lines.append("observed result: " + json.dumps(
-            {k: v for k, v in observed.items() if k != "meta"}, ensure_ascii=False))
+            {k: v for k, v in cell.observed.to_json().items() if k != "meta"}, ensure_ascii=False))
     return "\n".join(line for line in lines if line != "")
 
 
@@ -223,6 +219,7 @@ def conformance_tests(
     seed: int = dl.DEFAULT_SEED,
     burst: int = dl.DEFAULT_BURST,
     tokenizer: str | None = None,
+    timeout: float = 20.0,
     name: str = "test_k2conform",
 ) -> ConformanceKit:
     """Add the corpus's tests to the calling module (pass ``globals()``).
@@ -235,11 +232,11 @@ def conformance_tests(
     here = Path(namespace.get("__file__") or ".").resolve().parent
     if isinstance(baseline, (str, os.PathLike)):
         path = Path(baseline)
-        entries: Sequence[BaselineEntry] = load_baseline(path if path.is_absolute() else here / path)
+        entries: Sequence[BaselineEntry] = load_baseline(path if path.is_absolute() else here / path).entries
     else:
         entries = tuple(baseline or ())
     kit = ConformanceKit(adapter, entries, tuple(modes or dl.DEFAULT_MODES), tuple(cases),
-                         Path(corpus) if corpus else None, seed, burst, tokenizer)
+                         Path(corpus) if corpus else None, seed, burst, tokenizer, timeout)
     source = Path(namespace.get("__file__") or "")
     if source.name == "conftest.py":
         conftest = source.resolve()

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from k2conform.corpus import CorpusError
-from k2conform.runner import FINDINGS, Cell
+from k2conform.case.corpus import CorpusError
+from k2conform.model import Cell, CellOutcome, RunResults
 
 _REQUIRED = ("adapter", "outcome", "fields", "deliveries", "cases")
 _KEYS = set(_REQUIRED) | {"reason", "link"}
@@ -58,7 +58,16 @@ class BaselineEntry:
         }
 
 
-def load_baseline(path: Path | str) -> list[BaselineEntry]:
+@dataclass(frozen=True)
+class Baseline:
+    """A baseline file: the adapters it vouches for, and their reviewed deviations.  An adapter
+    it names must have run for the gate to pass (``--allow-missing`` says otherwise)."""
+
+    adapters: tuple[str, ...]
+    entries: tuple[BaselineEntry, ...]
+
+
+def load_baseline(path: Path | str) -> Baseline:
     path = Path(path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -81,7 +90,12 @@ def load_baseline(path: Path | str) -> list[BaselineEntry]:
             raw["adapter"], raw["outcome"], tuple(raw["fields"]), tuple(raw["deliveries"]),
             tuple(raw["cases"]), raw.get("reason", ""), raw.get("link", ""),
         ))
-    return entries
+    adapters = data.get("adapters")
+    if adapters is None:  # a baseline written before it named its adapters: those of its entries
+        adapters = sorted({e.adapter for e in entries})
+    if not isinstance(adapters, list) or not all(isinstance(a, str) for a in adapters):
+        raise CorpusError(path, "adapters", "must be a list of adapter names")
+    return Baseline(tuple(adapters), tuple(entries))
 
 
 @dataclass(frozen=True)
@@ -119,11 +133,10 @@ def judge(cells: Sequence[Cell], entries: Sequence[BaselineEntry]) -> Verdict:
     adapter_errors: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     matched: set[tuple[int, str, str]] = set()
     for cell in cells:
-        if cell.outcome == "adapter-error":
-            error = (cell.observed or {}).get("error") or "adapter-error"
-            adapter_errors[cell.adapter][error] += 1
+        if cell.outcome == CellOutcome.ADAPTER_ERROR:
+            adapter_errors[cell.adapter][cell.error or "adapter-error"] += 1
             continue
-        if cell.outcome not in FINDINGS:
+        if not cell.outcome.finding:
             continue
         hits = [i for i, e in enumerate(entries) if e.matches(cell)]
         (baselined if hits else new).append(cell)
@@ -146,13 +159,41 @@ def judge(cells: Sequence[Cell], entries: Sequence[BaselineEntry]) -> Verdict:
     return Verdict(new, baselined, stale, {a: dict(e) for a, e in adapter_errors.items()})
 
 
-def baseline_from_cells(cells: Iterable[Cell], previous: Sequence[BaselineEntry] = ()) -> dict[str, Any]:
-    """One entry per behaviour covering every failing cell; reviewed reasons are kept."""
+def gate(results: RunResults, baseline: Baseline | None,
+         allow_missing: Sequence[str] = ()) -> tuple[RunResults, bool]:
+    """The run's verdict, attached to the results.  It passes when cells were run, no adapter
+    glue failed, and, with a baseline, no finding is new, no entry is stale and every adapter
+    the baseline names ran (unless allowed missing); without one, when nothing is a finding."""
+    verdict = judge(results.cells, baseline.entries if baseline else [])
+    empty = ["no cell was run"] if not results.cells else []
+    if baseline is None:
+        passed = not empty and not verdict.adapter_errors and not any(c.outcome.finding for c in results.cells)
+        return results.with_extra(adapter_errors=verdict.adapter_errors), passed
+    rows = {row.name: row for row in results.adapters}
+    missing = []
+    for name in baseline.adapters:
+        row = rows.get(name)
+        if name in allow_missing or (row is not None and row.status != "unavailable"
+                                     and any(c.adapter == name for c in results.cells)):
+            continue
+        why = f"{row.status}: {row.reason}" if row is not None and row.reason else "not selected for this run"
+        missing.append(f"the baseline covers {name}, which did not run ({why}); --allow-missing {name} if deliberate")
+    passed = verdict.passed and not missing and not empty
+    block = {"passed": passed, "new": len(verdict.new), "baselined": len(verdict.baselined),
+             "stale": [e.to_json() for e in verdict.stale], "missing": missing + empty,
+             "new_cells": [f"{c.case} {c.adapter} {c.delivery}: {c.outcome} {','.join(c.fields)}" for c in verdict.new]}
+    return results.with_extra(adapter_errors=verdict.adapter_errors, gate=block), passed
+
+
+def baseline_from_cells(cells: Iterable[Cell], previous: Sequence[BaselineEntry] = (),
+                        adapters: Iterable[str] = ()) -> dict[str, Any]:
+    """One entry per behaviour covering every failing cell; reviewed reasons are kept.  The
+    baseline names ``adapters`` (those that ran) as the ones it vouches for."""
     modes_run: dict[tuple[str, str], set[str]] = defaultdict(set)
     failing: dict[tuple[str, str, tuple[str, ...]], dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
     for cell in cells:
         modes_run[(cell.adapter, cell.case)].add(cell.delivery)
-        if cell.outcome in FINDINGS:
+        if cell.outcome.finding:
             failing[(cell.adapter, cell.outcome, tuple(cell.fields))][cell.case].add(cell.delivery)
     entries = []
     for (adapter, outcome, fields), by_case in failing.items():
@@ -164,7 +205,7 @@ def baseline_from_cells(cells: Iterable[Cell], previous: Sequence[BaselineEntry]
             reason, link = _reviewed(previous, adapter, outcome, fields, cases)
             entries.append(BaselineEntry(adapter, outcome, fields, deliveries, tuple(sorted(cases)), reason, link).to_json())
     entries.sort(key=lambda e: (e["adapter"], e["outcome"], e["fields"], e["deliveries"]))
-    return {"version": 1, "entries": entries}
+    return {"version": 1, "adapters": sorted(adapters), "entries": entries}
 
 
 def _reviewed(previous: Sequence[BaselineEntry], adapter: str, outcome: str, fields: tuple[str, ...],

@@ -373,16 +373,17 @@ def _tool_choice(tool_choice: Any, check: _Checker, where: str) -> str | Mapping
 def _request(data: Any, check: _Checker) -> Request:
     check.object(data, "request", {"tools": False, "tool_choice": False, "thinking": False})
     tools = _tools(data.get("tools", []), check, "request.tools")
-    tool_choice = data.get("tool_choice", "auto")
-    if isinstance(tool_choice, str):
-        if tool_choice not in ("auto", "none", "required"):
-            raise CorpusError(check.path, "request.tool_choice", "must be auto, none, required or a named choice")
-    else:
-        check.object(tool_choice, "request.tool_choice", {"type": True, "function": True})
+    tool_choice = _tool_choice(data.get("tool_choice", "auto"), check, "request.tool_choice")
     thinking = data.get("thinking", False)
     if not isinstance(thinking, bool):
         raise CorpusError(check.path, "request.thinking", "must be true or false")
     return Request(tools=tools, tool_choice=tool_choice, thinking=thinking)
+
+
+def request_from_json(data: Any, source: str) -> Request:
+    """A request given outside a case file (``parse``'s stdin, the adapter protocol), checked
+    as a case's ``request`` is: a wrong shape is a :class:`CorpusError` naming the field."""
+    return _request(data, _Checker(source))
 
 
 def _tools(data: Any, check: _Checker, where: str) -> tuple[Mapping[str, Any], ...]:

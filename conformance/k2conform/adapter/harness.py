@@ -1,0 +1,49 @@
+"""Run one adapter on one delivery and return a canonical result; never raise for the parser.
+
+Streams are reassembled here, once, the way an OpenAI client does it
+(:mod:`k2conform.judge.stream`), so every adapter's streaming path is judged by the same rules.
+"""
+
+from __future__ import annotations
+
+import traceback
+from typing import Callable, TypeVar
+
+from k2conform.adapter.contract import Adapter, AdapterGlueError, AdapterUnavailable, ParserCrash
+from k2conform.delivery.modes import Delivery
+from k2conform.model import Request, Result
+from k2conform.judge.stream import assemble
+
+T = TypeVar("T")
+
+
+def guarded(call: Callable[[], T]) -> T | Result:
+    """Run one adapter call: what the parser raised (through ``call_parser``) is a ``crash``,
+    a missing package ``unavailable``, anything else the glue's ``adapter-error``; those come
+    back as a failed Result, never as an exception."""
+    try:
+        return call()
+    except ParserCrash as error:
+        return Result.failed("crash", str(error))
+    except AdapterUnavailable as error:
+        return Result.failed("unavailable", str(error))
+    except AdapterGlueError as error:
+        return Result.failed("adapter-error", str(error))
+    except Exception as error:  # noqa: BLE001 - outside call_parser, so it is the glue's
+        where = traceback.extract_tb(error.__traceback__)[-1]
+        return Result.failed("adapter-error", f"{type(error).__name__}: {error} (at {where.filename}:{where.lineno})")
+
+
+def execute(adapter: Adapter, request: Request, delivery: Delivery) -> Result:
+    """The adapter's result for this delivery, with outcome and provenance in ``meta``."""
+    if delivery.streaming:
+        assembled = guarded(lambda: assemble(adapter.parse_stream(request, delivery.deltas)))
+        result = assembled if isinstance(assembled, Result) else assembled.result.with_meta(
+            chunks=assembled.chunks, stream_violations=list(assembled.violations))
+    else:
+        (output,) = delivery.deltas
+        result = guarded(lambda: adapter.parse_whole(request, output))
+    meta = {"adapter": adapter.name, "version": adapter.version(), "delivery": delivery.label}
+    if delivery.seed is not None:
+        meta["seed"] = delivery.seed
+    return result.with_meta(**meta)

@@ -1,0 +1,1 @@
+"""A user-facing tool: ``k2conform bench``, speed measured side by side."""

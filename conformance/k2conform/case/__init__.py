@@ -1,0 +1,1 @@
+"""Stage 1, the cases: the corpus format and loader, and the generator of edge cases."""

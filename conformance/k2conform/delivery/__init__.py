@@ -1,0 +1,1 @@
+"""Stage 2, delivery: how a case's model output reaches an adapter (modes, tokenizer)."""

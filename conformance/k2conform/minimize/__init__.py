@@ -1,0 +1,1 @@
+"""A user-facing tool: ``k2conform minimize``, delta debugging of a finding into a corpus case."""

@@ -1,0 +1,1 @@
+"""A user-facing tool: ``k2conform report-finding``, an upstream-ready bug report with a reproduction."""

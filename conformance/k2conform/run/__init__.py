@@ -1,0 +1,1 @@
+"""Stage 5, the run: the matrix of cells over worker processes."""

@@ -1,0 +1,170 @@
+"""One cell: a case through one adapter in one delivery mode, judged.  The one code path for
+every entry point that asks for a cell (``run``'s workers, ``parse``, the test kit,
+``report-finding``, ``serve-adapter``, the fuzzers and ``bench``), so a deadline, the variant
+a cell reports and the judging rules are the same wherever a cell is computed.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+from k2conform.adapter.harness import execute
+from k2conform.adapter.registry import Availability, load
+from k2conform.case.corpus import CompletionCase
+from k2conform.delivery import modes as dl
+from k2conform.delivery.modes import Delivery
+from k2conform.judge.compare import compare_arguments, compare_results
+from k2conform.model import SEVERITY, Cell, CellOutcome, FieldDiff, Request, Result, ResultOutcome
+
+#: A cell past its deadline is run once more with this many times the deadline before it is a
+#: ``timeout`` finding: on a loaded machine a first timeout says little about the parser.
+RETRY_FACTOR = 10
+
+
+@dataclass(frozen=True)
+class CellSettings:
+    """How a cell is delivered and how long it may take."""
+
+    seed: int = dl.DEFAULT_SEED
+    burst: int = dl.DEFAULT_BURST
+    tokenizer: str | None = None  #: a real Kimi tokenizer directory (None: the stand-in)
+    deadline: float = 20.0  #: seconds for all of a cell's variants
+
+    def __post_init__(self) -> None:
+        if not self.deadline > 0:
+            raise ValueError(f"a deadline must be more than 0 seconds, not {self.deadline:g}")
+        if self.burst < 1:
+            raise ValueError(f"a burst is at least 1 token, not {self.burst}")
+
+    @property
+    def hard_limit(self) -> float:
+        """How long a whole cell, retry included, may take before its process is given up."""
+        return self.deadline * (1 + RETRY_FACTOR) + 5.0
+
+
+class DeadlinePassed(BaseException):
+    """Raised by the alarm; a BaseException, so no parser's ``except Exception`` swallows it."""
+
+
+@contextmanager
+def deadline(seconds: float) -> Iterator[None]:
+    """Raise :class:`DeadlinePassed` in this thread after ``seconds`` (SIGALRM in the main thread; an
+    enclosing timer, such as pytest-timeout's, is restored with its remaining time).  Off the
+    main thread there is no alarm: the worker pool's hard limit still holds there."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def alarm(signum: int, frame: Any) -> None:
+        raise DeadlinePassed()
+
+    started = time.monotonic()
+    previous_handler = signal.signal(signal.SIGALRM, alarm)
+    previous_delay, previous_interval = signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous_handler)
+        if previous_delay:
+            remaining = previous_delay - (time.monotonic() - started)
+            signal.setitimer(signal.ITIMER_REAL, max(remaining, 0.001), previous_interval)
+
+
+def run_cell(adapter: Any, case: CompletionCase, mode: str, settings: CellSettings = CellSettings(),
+             availability: Availability | None = None, whole_cache: dict | None = None) -> Cell:
+    """Every variant of ``mode`` through ``adapter``, within the deadline; the cell reports the
+    worst variant.  A cell past its deadline is re-run with ``RETRY_FACTOR`` times as long and
+    judged on that result (recorded as ``meta.slow``); only a second timeout is ``timeout``."""
+    started = time.perf_counter()
+    availability = availability or load(adapter)
+    if availability.status != ResultOutcome.OK:
+        return Cell.failed(case.id, adapter.name, mode, availability.status, availability.reason)
+    variants = dl.deliveries(case.model_output, mode, _tokenizer(settings), seed=dl.case_seed(settings.seed, case.id),
+                             recorded=case.deltas, burst=settings.burst)
+    if not variants:
+        return Cell.failed(case.id, adapter.name, mode, "unavailable", "the case has no recorded deltas")
+    cache = whole_cache if whole_cache is not None else {}
+    try:
+        with deadline(settings.deadline):
+            cell = _judged(adapter, case, mode, variants, settings, cache)
+    except DeadlinePassed:
+        first = time.perf_counter() - started
+        try:
+            with deadline(settings.deadline * RETRY_FACTOR):
+                cell = _judged(adapter, case, mode, variants, settings, cache)
+        except DeadlinePassed:
+            return Cell.failed(case.id, adapter.name, mode, "timeout",
+                               f"no result within {settings.deadline:g} s, nor within "
+                               f"{settings.deadline * RETRY_FACTOR:g} s when run again").timed(time.perf_counter() - started)
+        slow = {"deadline": settings.deadline, "first_try_seconds": round(first, 3),
+                "seconds": round(time.perf_counter() - started - first, 3)}
+        cell = Cell(cell.case, cell.adapter, cell.delivery, cell.outcome, cell.diffs,
+                    cell.observed.with_meta(slow=slow) if cell.observed else None, cell.variant,
+                    cell.variants_differing)
+    return cell.timed(time.perf_counter() - started)
+
+
+def _judged(adapter: Any, case: CompletionCase, mode: str, variants: list[Delivery], settings: CellSettings,
+            cache: dict) -> Cell:
+    whole = None
+    if mode != "whole":
+        key = (case.id, adapter.name)
+        if key not in cache:
+            if len(cache) > 256:
+                cache.clear()
+            cache[key] = execute(adapter, case.request, dl.deliveries(case.model_output, "whole", _tokenizer(settings))[0])
+        whole = cache[key]
+    judged = [judge(case, execute(adapter, case.request, v), whole) for v in variants]
+    outcome, diffs, result = min(judged, key=lambda j: SEVERITY.index(j[0]))
+    differing = [v.label for v, j in zip(variants, judged) if not j[0].passing]
+    return Cell(case.id, adapter.name, mode, outcome, diffs=tuple(diffs), observed=result,
+                variant=str(result.meta.get("delivery", mode)),
+                variants_differing=tuple(differing) if len(variants) > 1 else ())
+
+
+def judge(case: CompletionCase, result: Result, whole: Result | None) -> tuple[CellOutcome, list[FieldDiff], Result]:
+    """One delivered result against the case's expectation and the stream invariants."""
+    if result.outcome != ResultOutcome.OK:
+        return CellOutcome(result.outcome.value), [], result
+    diffs = _stream_diffs(result, whole)
+    if case.verdict != "i" and case.expected is not None:
+        diffs = compare_results(case.expected.as_result(), result) + diffs
+    if diffs:
+        return CellOutcome.DIFFERS, diffs, result
+    return (CellOutcome.IMPL_DEFINED if case.verdict == "i" else CellOutcome.AGREE), [], result
+
+
+def _stream_diffs(result: Result, whole: Result | None) -> list[FieldDiff]:
+    """Stream invariants, and the stream's calls against the same adapter's one-shot parse."""
+    diffs = []
+    for violation in result.meta.get("stream_violations") or ():
+        field_name = "index" if "contiguous" in violation else "stream-invariant"
+        diffs.append(FieldDiff(field_name, None, violation, "stream"))
+    if whole is not None and whole.outcome == ResultOutcome.OK:
+        w_calls, s_calls = whole.tool_calls, result.tool_calls
+        if len(w_calls) != len(s_calls):
+            diffs.append(FieldDiff("stream-invariant", len(w_calls), len(s_calls), "stream"))
+        for i, (w, s) in enumerate(zip(w_calls, s_calls)):
+            if compare_arguments(w.arguments, s.arguments):
+                diffs.append(FieldDiff("stream-invariant", w.arguments, s.arguments, "stream", i))
+    return diffs
+
+
+def _tokenizer(settings: CellSettings) -> Any:
+    from k2conform.delivery.tokenizer import load_tokenizer
+
+    return load_tokenizer(settings.tokenizer)
+
+
+def adhoc_case(request: Request, model_output: str, deltas: tuple[str, ...] | None = None,
+               case_id: str = "i_adhoc") -> CompletionCase:
+    """A case without an expectation, for one model output given on the command line (``parse``,
+    ``serve-adapter``, the fuzzers): judged only on the stream invariants."""
+    return CompletionCase(id=case_id, description="", tags=(), source="adhoc", request=request,
+                          model_output=model_output, deltas=deltas, expected=None)

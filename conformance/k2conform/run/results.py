@@ -1,0 +1,58 @@
+"""A run's results as one typed document: assembled from the matrix's cells, or merged from the
+shards of a run spread over machines (``run --shard K/N``, then ``merge``)."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from k2conform import __version__
+from k2conform.case.corpus import CompletionCase
+from k2conform.errors import UsageError
+from k2conform.model import AdapterRow, Cell, ResultOutcome, RunResults
+
+
+def case_summary(case: CompletionCase) -> dict[str, Any]:
+    """What the reports show of a case."""
+    return {"id": case.id, "verdict": case.verdict, "description": case.description, "tags": list(case.tags),
+            "model_output": case.model_output, "deltas": list(case.deltas) if case.deltas else None,
+            "expected": case.expected.to_json() if case.expected else None}
+
+
+def adapter_row(adapter: Any, availability: tuple[str, str]) -> AdapterRow:
+    return AdapterRow(adapter.name, adapter.version(), tuple(adapter.supported_versions), adapter.supported(),
+                      ResultOutcome(availability[0]), availability[1])
+
+
+def assemble(cells: Sequence[Cell], cases: Sequence[CompletionCase], adapters: Sequence[AdapterRow], seed: int,
+             modes: Sequence[str], wall_seconds: float, worker_restarts: int, **extra: Any) -> RunResults:
+    return RunResults(__version__, seed, tuple(modes), tuple(adapters), tuple(case_summary(c) for c in cases),
+                      tuple(cells), wall_seconds, worker_restarts, extra)
+
+
+def merge(shards: Sequence[tuple[str, RunResults]]) -> RunResults:
+    """The shards (named by their files) joined into what one unsharded run gives; a cell in two
+    shards, or shards of different runs (seed, modes), is a usage error."""
+    seen: dict[tuple[str, str, str], str] = {}
+    for name, shard in shards:
+        for cell in shard.cells:
+            if cell.key in seen:
+                raise UsageError(f"{name}: cell {' '.join(cell.key)} is also in {seen[cell.key]} (the same shard twice?)")
+            seen[cell.key] = name
+    first_name, first = shards[0]
+    for name, shard in shards[1:]:
+        for label, mine, theirs in (("seed", shard.seed, first.seed), ("modes", shard.modes, first.modes)):
+            if mine != theirs:
+                raise UsageError(f"{name}: {label} {mine!r} differs from {first_name}'s {theirs!r}")
+    adapters: dict[str, AdapterRow] = {}
+    cases: dict[str, Mapping[str, Any]] = {}
+    for _, shard in shards:
+        for row in shard.adapters:
+            adapters.setdefault(row.name, row)
+        cases.update((c["id"], c) for c in shard.cases)
+    cells = sorted((c for _, shard in shards for c in shard.cells), key=lambda c: c.key)
+    return RunResults(
+        __version__, first.seed, first.modes, tuple(adapters.values()),
+        tuple(cases[k] for k in sorted(cases)), tuple(cells),
+        wall_seconds=max(s.wall_seconds for _, s in shards), worker_restarts=sum(s.worker_restarts for _, s in shards),
+        extra={"merged_from": [s.extra.get("shard") or name for name, s in shards]},
+    )

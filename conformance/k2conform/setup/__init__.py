@@ -1,0 +1,1 @@
+"""A user-facing tool: ``k2conform setup-parsers``, the pinned parser environments."""
