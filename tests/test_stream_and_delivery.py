@@ -48,7 +48,7 @@ def test_every_mode_reproduces_the_text_and_token_modes_carry_every_token_id(mod
         assert "".join(d.text for d in delivery.deltas) == TEXT
         sent = [i for d in delivery.deltas for i in d.token_ids]
         assert sent == (ids if mode in TOKEN_ALIGNED_MODES else [])
-        assert delivery.streaming == (mode != "whole")
+        assert delivery.streaming == (mode not in ("whole", "server-whole"))
 
 
 def test_token_mode_sends_markers_as_single_tokens_and_split_characters_as_empty_deltas():

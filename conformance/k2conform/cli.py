@@ -5,10 +5,13 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
+import signal
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from k2conform.delivery import modes as dl
 from k2conform.case.corpus import CorpusError, default_corpus_dir, iter_problems, load_corpus
@@ -120,6 +123,8 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=dl.DEFAULT_SEED, help="base seed of stream-random (per-case seeds derive from it)")
     p.add_argument("--burst", type=int, default=dl.DEFAULT_BURST, help="tokens per delta of stream-burst")
     p.add_argument("--tokenizer", help="directory with the real tiktoken.model and tokenizer_config.json")
+    p.add_argument("--run-dir", type=Path, help="logs and caches of run-wide sessions such as vllm-server's server "
+                   "(default: beside --json/--html/--markdown, else ./.k2conform-run)")
     p.add_argument("--bench", type=Path, help="a `k2conform bench --json` file: add its streaming-cost check to the reports")
     p.add_argument("--shard", type=_shard, metavar="K/N", help="run only shard K of N (every cell of a case in one "
                    "shard, the same partition on every machine); `k2conform merge` joins the shards' --json files")
@@ -282,13 +287,24 @@ def cmd_run(args: argparse.Namespace) -> int:
         cases = [c for c in cases if in_shard(c.id, *args.shard)]
     names = args.adapter or adapter_names()
     adapters = [create_adapter(name) for name in names]
+    if not args.adapter:  # opt-in adapters (a real server: minutes) run when named
+        kept = [(n, a) for n, a in zip(names, adapters) if getattr(a, "run_by_default", True)]
+        names, adapters = [n for n, _ in kept], [a for _, a in kept]
     modes = tuple(args.delivery or dl.MODES)
+    # No --delivery: each adapter in the modes it takes (server modes for server adapters).
+    per_adapter = None if args.delivery else {n: dl.adapter_modes(a) for n, a in zip(names, adapters)}
     baseline = load_baseline(args.baseline) if args.baseline else None
-    config = RunConfig(root, tuple(names), args.jobs, _cell_settings(args))
+    _check_writable(args.json, args.html, args.markdown)
+    run_dir = args.run_dir or next((p.parent for p in (args.json, args.html, args.markdown) if p), None)
+    config = RunConfig(root, tuple(names), args.jobs, _cell_settings(args), run_dir)
     matrix = Matrix(config, progress=progress_printer())
     started = time.monotonic()
-    cells = matrix.run(plan(cases, names, modes))
+    tasks = plan(cases, names, modes, per_adapter)
+    with _sigterm_interrupts():
+        cells = matrix.run(tasks)
     extra: dict[str, Any] = {}
+    if matrix.interrupted:
+        extra["partial"] = {"cells": len(cells), "planned": len(tasks), "reason": "interrupted (Ctrl-C or SIGTERM)"}
     if args.shard:
         extra["shard"] = "{}/{}".format(*args.shard)
     if args.bench:
@@ -297,7 +313,43 @@ def cmd_run(args: argparse.Namespace) -> int:
         extra["streaming_cost"] = streaming_cost(_read_json(args.bench, "bench results"))
     rows = [adapter_row(a, matrix.availability.get(a.name, ("ok", ""))) for a in adapters]
     results = assemble(cells, cases, rows, args.seed, modes, time.monotonic() - started, matrix.restarts, **extra)
-    return _gate_and_report(results, baseline, args)
+    status = _gate_and_report(results, baseline, args)
+    if matrix.interrupted:
+        written = ", ".join(str(p) for p in (args.json, args.html, args.markdown) if p) or "nowhere (no --json)"
+        print(f"k2conform run: interrupted after {len(cells)} of {len(tasks)} cells; partial results written to "
+              f"{written}, marked partial", file=sys.stderr)
+        return INTERRUPTED
+    return status
+
+
+#: The exit status of an interrupted run (128 + SIGINT, as a shell reports it).
+INTERRUPTED = 130
+
+
+@contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM stops a run the way Ctrl-C does: workers stopped, partial results kept."""
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _check_writable(*paths: Path | None) -> None:
+    """Refuse, before any work, an output path that cannot be written."""
+    for path in paths:
+        if path is None:
+            continue
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise UsageError(f"cannot write {path}: {error.strerror or error}") from None
+        if path.is_dir() or not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+            raise UsageError(f"cannot write {path}: not a writable file path")
 
 
 def _gate_and_report(results: RunResults, baseline: Any, args: argparse.Namespace) -> int:
@@ -306,6 +358,7 @@ def _gate_and_report(results: RunResults, baseline: Any, args: argparse.Namespac
     from k2conform.report import pages as report
 
     results, passed = gate(results, baseline, args.allow_missing)
+    passed = passed and "partial" not in results.extra
     document = results.to_json()
     _write_reports(document, args.json, args.html, args.markdown)
     sys.stdout.write(report.markdown(document))  # the gate's every new, stale and missing item by name

@@ -129,13 +129,19 @@ class Request:
     tools: tuple[Mapping[str, Any], ...] = ()
     tool_choice: str | Mapping[str, Any] = "auto"
     thinking: bool = False
+    #: Request options only a real server sees (``max_tokens``, ``spaces_between_special_tokens``,
+    #: ...; see ``case.corpus.SERVER_OPTIONS``); parser-level adapters never get such a case.
+    server_options: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def tool_names(self) -> tuple[str, ...]:
         return tuple(tool_name(t) for t in self.tools)
 
     def to_json(self) -> dict[str, Any]:
-        return {"tools": list(self.tools), "tool_choice": self.tool_choice, "thinking": self.thinking}
+        data = {"tools": list(self.tools), "tool_choice": self.tool_choice, "thinking": self.thinking}
+        if self.server_options:
+            data["server_options"] = dict(self.server_options)
+        return data
 
 
 def tool_name(tool: Mapping[str, Any]) -> str:
@@ -298,7 +304,7 @@ class AdapterRow:
 
 #: Keys of a results document other than the typed ones, kept as they are (the gate's
 #: verdict, adapter errors, the streaming-cost check, the shard).
-_EXTRA_KEYS = ("gate", "adapter_errors", "streaming_cost", "shard", "merged_from")
+_EXTRA_KEYS = ("gate", "adapter_errors", "streaming_cost", "shard", "merged_from", "partial")
 
 
 @dataclass(frozen=True)

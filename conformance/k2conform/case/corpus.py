@@ -370,14 +370,46 @@ def _tool_choice(tool_choice: Any, check: _Checker, where: str) -> str | Mapping
     return tool_choice
 
 
+#: Request options a server-level case may set (``request.server_options``), each with a
+#: check; a case that sets any is run by server adapters only (server modes).
+SERVER_OPTIONS: dict[str, str] = {
+    "max_tokens": "a positive integer",
+    "spaces_between_special_tokens": "true or false",
+    "skip_special_tokens": "true or false",
+    "parallel_tool_calls": "true or false",
+    "stream_options": "an object with include_usage / continuous_usage_stats (true or false)",
+    "messages": "a non-empty array of chat messages (objects with a role), the conversation before the reply",
+}
+
+
+def _server_options(data: Any, check: _Checker) -> dict[str, Any]:
+    where = "request.server_options"
+    check.object(data, where, dict.fromkeys(SERVER_OPTIONS, False))
+    for key, value in data.items():
+        if key == "max_tokens":
+            ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
+        elif key == "stream_options":
+            ok = isinstance(value, dict) and all(
+                k in ("include_usage", "continuous_usage_stats") and isinstance(v, bool) for k, v in value.items())
+        elif key == "messages":
+            ok = isinstance(value, list) and bool(value) and all(
+                isinstance(m, dict) and isinstance(m.get("role"), str) for m in value)
+        else:
+            ok = isinstance(value, bool)
+        if not ok:
+            raise CorpusError(check.path, f"{where}.{key}", f"must be {SERVER_OPTIONS[key]}")
+    return dict(data)
+
+
 def _request(data: Any, check: _Checker) -> Request:
-    check.object(data, "request", {"tools": False, "tool_choice": False, "thinking": False})
+    check.object(data, "request", {"tools": False, "tool_choice": False, "thinking": False, "server_options": False})
     tools = _tools(data.get("tools", []), check, "request.tools")
     tool_choice = _tool_choice(data.get("tool_choice", "auto"), check, "request.tool_choice")
     thinking = data.get("thinking", False)
     if not isinstance(thinking, bool):
         raise CorpusError(check.path, "request.thinking", "must be true or false")
-    return Request(tools=tools, tool_choice=tool_choice, thinking=thinking)
+    server_options = _server_options(data["server_options"], check) if "server_options" in data else {}
+    return Request(tools=tools, tool_choice=tool_choice, thinking=thinking, server_options=server_options)
 
 
 def request_from_json(data: Any, source: str) -> Request:

@@ -30,9 +30,19 @@ MODES: dict[str, str] = {
     "stream-marker-split": "9 streams that together cut every marker at every inner offset; text between markers in one delta (text-level)",
     "stream-random": "seeded random cut points; the seed is recorded with the result (text-level)",
     "stream-recorded": "the case's own recorded deltas, only cases that have them (text-level)",
+    "server-whole": "the output's token ids forced through a real server, reply not streamed (server adapters only)",
+    "server-stream": "the output's token ids forced through a real server, reply streamed over SSE (server adapters only)",
 }
-TOKEN_ALIGNED_MODES = ("whole", "stream-token", "stream-burst")
-DEFAULT_MODES = tuple(m for m in MODES if m != "stream-recorded")
+#: Modes only a server adapter (one with ``delivery_modes``) takes: the server tokenizes,
+#: detokenizes and streams by itself, so the delta is the whole script of token ids.
+SERVER_MODES = ("server-whole", "server-stream")
+TOKEN_ALIGNED_MODES = ("whole", "stream-token", "stream-burst", *SERVER_MODES)
+DEFAULT_MODES = tuple(m for m in MODES if m != "stream-recorded" and m not in SERVER_MODES)
+
+
+def adapter_modes(adapter: object) -> tuple[str, ...]:
+    """The modes an adapter takes: its ``delivery_modes``, else every non-server mode."""
+    return tuple(getattr(adapter, "delivery_modes", None) or (m for m in MODES if m not in SERVER_MODES))
 DEFAULT_BURST = 4
 DEFAULT_SEED = 20261130
 MARKER_SPLIT_STRIDE = 9
@@ -60,7 +70,7 @@ class Delivery:
 
     @property
     def streaming(self) -> bool:
-        return self.mode != "whole"
+        return self.mode not in ("whole", "server-whole")
 
 
 def engine_output(text: str) -> str:
@@ -90,7 +100,7 @@ def deliveries(
     spans = tokenizer.tokenize_spans(text)
     if "".join(piece for _, piece in spans) != text:
         raise ValueError("the tokenizer does not reproduce the text; cannot derive deltas")
-    if mode == "whole":
+    if mode in ("whole", *SERVER_MODES):
         return [Delivery(mode, (Delta(text, tuple(i for i, _ in spans)),))]
     if mode == "stream-token":
         return [Delivery(mode, tuple(Delta(piece, (i,)) for i, piece in spans))]

@@ -125,6 +125,9 @@ def markdown(results: dict[str, Any]) -> str:
         table[adapter][mode] = f"{agree}/{judged}" + (f" ({counts['impl-defined']} i)" if counts["impl-defined"] else "")
     for adapter in table:
         lines.append(f"| {adapter} | {versions.get(adapter)} | " + " | ".join(table[adapter].get(m, "-") for m in results["modes"]) + " |")
+    partial = results.get("partial")
+    if partial:
+        lines += ["", f"**PARTIAL:** {partial['reason']}: {partial['cells']} of {partial['planned']} cells were run."]
     gate = results.get("gate")
     if gate:
         lines += ["", f"**Gate:** {'PASS' if gate['passed'] else 'FAIL'}: {gate['new']} new disagreement(s), "

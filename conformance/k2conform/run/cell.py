@@ -10,7 +10,7 @@ import signal
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterator
 
 from k2conform.adapter.harness import execute
@@ -40,6 +40,12 @@ class CellSettings:
             raise ValueError(f"a deadline must be more than 0 seconds, not {self.deadline:g}")
         if self.burst < 1:
             raise ValueError(f"a burst is at least 1 token, not {self.burst}")
+
+    def for_adapter(self, adapter: Any) -> CellSettings:
+        """The settings with the deadline an adapter asks for when it needs longer (``cell_timeout``:
+        a real server generates a 30,000-token case in minutes, not seconds)."""
+        wanted = getattr(adapter, "cell_timeout", 0) or 0
+        return replace(self, deadline=wanted) if wanted > self.deadline else self
 
     @property
     def hard_limit(self) -> float:
@@ -82,9 +88,13 @@ def run_cell(adapter: Any, case: CompletionCase, mode: str, settings: CellSettin
     worst variant.  A cell past its deadline is re-run with ``RETRY_FACTOR`` times as long and
     judged on that result (recorded as ``meta.slow``); only a second timeout is ``timeout``."""
     started = time.perf_counter()
+    settings = settings.for_adapter(adapter)
     availability = availability or load(adapter)
     if availability.status != ResultOutcome.OK:
         return Cell.failed(case.id, adapter.name, mode, availability.status, availability.reason)
+    unfit = _mode_unfit(adapter, case, mode)
+    if unfit:
+        return Cell.failed(case.id, adapter.name, mode, "unavailable", unfit)
     variants = dl.deliveries(case.model_output, mode, _tokenizer(settings), seed=dl.case_seed(settings.seed, case.id),
                              recorded=case.deltas, burst=settings.burst)
     if not variants:
@@ -110,17 +120,31 @@ def run_cell(adapter: Any, case: CompletionCase, mode: str, settings: CellSettin
     return cell.timed(time.perf_counter() - started)
 
 
+def _mode_unfit(adapter: Any, case: CompletionCase, mode: str) -> str | None:
+    """Why this adapter cannot take this case in this mode (None: it can).  Server modes need a
+    server adapter, which takes nothing else; a case with ``server_options`` is a server-level
+    case, judged in the server modes only."""
+    if mode not in dl.adapter_modes(adapter):
+        return f"{adapter.name} takes the delivery modes {', '.join(dl.adapter_modes(adapter))}, not {mode}"
+    if case.request.server_options and mode not in dl.SERVER_MODES:
+        return "a server-level case (request.server_options): judged in the server modes only"
+    return None
+
+
 def _judged(adapter: Any, case: CompletionCase, mode: str, variants: list[Delivery], settings: CellSettings,
             cache: dict) -> Cell:
+    # The streams first, then the one-shot parse they are checked against: a server adapter
+    # can then share one one-shot reply between this cell and its server-whole cell.
+    results = [execute(adapter, case.request, v) for v in variants]
     whole = None
-    if mode != "whole":
+    if variants[0].streaming:
         key = (case.id, adapter.name)
         if key not in cache:
             if len(cache) > 256:
                 cache.clear()
             cache[key] = execute(adapter, case.request, dl.deliveries(case.model_output, "whole", _tokenizer(settings))[0])
         whole = cache[key]
-    judged = [judge(case, execute(adapter, case.request, v), whole) for v in variants]
+    judged = [judge(case, result, whole) for result in results]
     outcome, diffs, result = min(judged, key=lambda j: SEVERITY.index(j[0]))
     differing = [v.label for v, j in zip(variants, judged) if not j[0].passing]
     return Cell(case.id, adapter.name, mode, outcome, diffs=tuple(diffs), observed=result,

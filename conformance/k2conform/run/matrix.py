@@ -15,20 +15,24 @@ import hashlib
 import logging
 import multiprocessing
 import os
+import signal
 import sys
 import time
 import traceback
 import warnings
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
-from k2conform.errors import HarnessError
-from k2conform.case.corpus import CompletionCase, load_corpus
 from k2conform.adapter.registry import create_adapter, load
+from k2conform.case.corpus import CompletionCase, load_corpus
+from k2conform.delivery import modes as dl
+from k2conform.errors import HarnessError
 from k2conform.model import Cell
 from k2conform.run.cell import CellSettings, run_cell
+
 
 @dataclass(frozen=True)
 class RunConfig:
@@ -38,6 +42,8 @@ class RunConfig:
     adapters: tuple[str, ...]
     jobs: int = 0
     cell: CellSettings = CellSettings()
+    #: Where adapters with a run-wide session (a server) keep their logs and caches.
+    run_dir: Path | None = None
 
 
 def select_cases(cases: Iterable[CompletionCase], globs: Sequence[str]) -> list[CompletionCase]:
@@ -55,6 +61,7 @@ def _worker(conn: Connection, config: RunConfig, silence: bool = True) -> None:
     """
     from k2conform.delivery.tokenizer import load_tokenizer
 
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent decides
     if silence:
         _silence()
 
@@ -107,8 +114,11 @@ class Matrix:
         self.context = multiprocessing.get_context("spawn")
         self.availability: dict[str, tuple[str, str]] = {}
         self.restarts = 0
+        #: Set when Ctrl-C or SIGTERM stopped the run: the cells returned are the ones done.
+        self.interrupted = False
         # Cells carry the adapter's display name (``NAME=cmd:...`` → NAME), lost ones too.
-        self.display_names = {spec: create_adapter(spec).name for spec in config.adapters}
+        self.adapters = {spec: create_adapter(spec) for spec in config.adapters}
+        self.display_names = {spec: adapter.name for spec, adapter in self.adapters.items()}
 
     def _start(self) -> _Slot:
         parent, child = self.context.Pipe()
@@ -134,43 +144,60 @@ class Matrix:
         return kind, payload
 
     def run(self, tasks: Sequence[tuple[str, str, str]]) -> list[Cell]:
-        jobs = max(1, min(self.config.jobs or os.cpu_count() or 1, len(tasks) or 1))
-        slots = [self._start() for _ in range(jobs)]
+        """Every task's cell, or, when interrupted (KeyboardInterrupt), those done so far, with
+        :attr:`interrupted` set; the workers are stopped on every way out."""
+        # An adapter that waits on a server (``parallel_requests``) may want more workers than
+        # cores: each worker keeps one request in flight.
+        wanted = max([os.cpu_count() or 1, *(getattr(a, "parallel_requests", 0) for a in self.adapters.values())])
+        jobs = max(1, min(self.config.jobs or wanted, len(tasks) or 1))
+        slots: list[_Slot] = []
+        cells: list[Cell] = []
+        try:
+            with adapter_sessions(self.adapters.values(), self.config.run_dir):
+                while len(slots) < jobs:
+                    slots.append(self._start())
+                try:
+                    self._loop(tasks, slots, cells)
+                finally:
+                    for slot in slots:
+                        self._stop(slot)
+        except KeyboardInterrupt:
+            self.interrupted = True
+        return cells
+
+    def _loop(self, tasks: Sequence[tuple[str, str, str]], slots: list[_Slot], cells: list[Cell]) -> None:
         # An adapter whose package is not installed is reported once (``availability``),
         # not as a cell per case and mode.
         tasks = [t for t in tasks if self._status(t[1]) != "unavailable"]
         pending = list(reversed(tasks))
-        cells: list[Cell] = []
-        try:
-            while pending or any(s.task for s in slots):
-                for slot in slots:
-                    if slot.task is None and pending:
-                        slot.task = pending.pop()
-                        slot.deadline = time.monotonic() + self.config.cell.hard_limit
-                        slot.conn.send(slot.task)
-                busy = [s for s in slots if s.task]
-                nearest = min(s.deadline for s in busy)
-                wait([s.conn for s in busy] + [s.process.sentinel for s in busy],
-                     timeout=max(0.0, nearest - time.monotonic()))
-                for index, slot in enumerate(slots):
-                    if slot.task is None:
-                        continue
-                    ready = slot.conn.poll() or not slot.process.is_alive() or time.monotonic() >= slot.deadline
-                    if not ready:
-                        continue
-                    kind, payload = self._receive(slot, deadline=time.monotonic())
-                    if kind == "cell":
-                        cells.append(payload)
-                    else:
-                        cells.append(self._lost(slot.task, kind))
-                        slots[index] = self._replace(slot)
-                    slots[index].task = None
-                    if self.progress:
-                        self.progress(len(cells), len(tasks))
-        finally:
+        while pending or any(s.task for s in slots):
             for slot in slots:
-                self._stop(slot)
-        return cells
+                if slot.task is None and pending:
+                    slot.task = pending.pop()
+                    slot.deadline = time.monotonic() + self._hard_limit(slot.task[1])
+                    slot.conn.send(slot.task)
+            busy = [s for s in slots if s.task]
+            nearest = min(s.deadline for s in busy)
+            wait([s.conn for s in busy] + [s.process.sentinel for s in busy],
+                 timeout=max(0.0, nearest - time.monotonic()))
+            for index, slot in enumerate(slots):
+                if slot.task is None:
+                    continue
+                ready = slot.conn.poll() or not slot.process.is_alive() or time.monotonic() >= slot.deadline
+                if not ready:
+                    continue
+                kind, payload = self._receive(slot, deadline=time.monotonic())
+                if kind == "cell":
+                    cells.append(payload)
+                else:
+                    cells.append(self._lost(slot.task, kind))
+                    slots[index] = self._replace(slot)
+                slots[index].task = None
+                if self.progress:
+                    self.progress(len(cells), len(tasks))
+
+    def _hard_limit(self, spec: str) -> float:
+        return self.config.cell.for_adapter(self.adapters.get(spec)).hard_limit
 
     def _status(self, spec: str) -> str:
         return self.availability.get(self.display_names.get(spec, spec), ("ok", ""))[0]
@@ -179,7 +206,7 @@ class Matrix:
         case_id, spec, mode = task
         adapter = self.display_names.get(spec, spec)
         if kind == "timeout":
-            reason = f"no result within {self.config.cell.hard_limit:g} s, retry included; worker restarted"
+            reason = f"no result within {self._hard_limit(spec):g} s, retry included; worker restarted"
             return Cell.failed(case_id, adapter, mode, "timeout", reason)
         reason = "the worker process died while parsing (a crash in native code?); worker restarted"
         return Cell.failed(case_id, adapter, mode, "crash", reason)
@@ -210,15 +237,42 @@ def in_shard(case_id: str, k: int, n: int) -> bool:
     return int.from_bytes(digest[:8], "big") % n == k - 1
 
 
-def plan(cases: Sequence[CompletionCase], adapters: Sequence[str], modes: Sequence[str]) -> list[tuple[str, str, str]]:
+@contextmanager
+def adapter_sessions(adapters: Iterable[Any], run_dir: Path | None) -> Iterator[None]:
+    """Run-wide set-up in the parent process, before the workers start and after they end.
+
+    An adapter may define ``run_session(run_dir)``, a context manager yielding environment
+    variables for the workers (``vllm-server`` starts its server there and publishes the
+    URL).  The variables are set for the run's duration, so spawned workers inherit them.
+    """
+    run_dir = Path(run_dir or Path.cwd() / ".k2conform-run")
+    saved = dict(os.environ)
+    with ExitStack() as stack:
+        for adapter in adapters:
+            hook = getattr(adapter, "run_session", None)
+            if hook is not None:
+                os.environ.update(stack.enter_context(hook(run_dir)))
+        try:
+            yield
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+
+
+def plan(cases: Sequence[CompletionCase], adapters: Sequence[str], modes: Sequence[str],
+         adapter_modes: Mapping[str, Sequence[str]] | None = None) -> list[tuple[str, str, str]]:
     """The cells to run, longest outputs first so no long cell is left for the end;
-    stream-recorded only for cases that recorded deltas."""
+    stream-recorded only for cases that recorded deltas; a server-level case
+    (``server_options``) only in server modes.  ``adapter_modes`` (when no mode was asked
+    for) narrows each adapter to the modes it takes."""
     return [
         (case.id, adapter, mode)
         for case in sorted(cases, key=lambda c: -len(c.model_output))
         for adapter in adapters
         for mode in modes
-        if mode != "stream-recorded" or case.deltas is not None
+        if (mode != "stream-recorded" or case.deltas is not None)
+        and (mode in dl.SERVER_MODES or not case.request.server_options)
+        and (adapter_modes is None or mode in adapter_modes.get(adapter, modes))
     ]
 
 

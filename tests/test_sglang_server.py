@@ -1,0 +1,159 @@
+"""The ``sglang-server`` adapter: SGLang 0.5.23's real ``OpenAIServingChat`` with a scripted
+TokenizerManager (the one engine-bound object), on the spec's golden completions.
+
+Needs SGLang's serving closure in the venv (requirements/parsers.txt plus the serving
+modules' imports); skips only when sglang itself is missing.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from k2conform import markers as mk
+from k2conform.judge.compare import compare_results
+from k2conform.delivery.modes import deliveries
+from k2conform.adapter.harness import execute
+from k2conform.model import Delta, Request
+from k2conform.judge.stream import assemble
+
+GOLDEN = ["y_spec_single_call", "y_spec_parallel_calls", "y_spec_final_answer", "y_spec_content_before_section"]
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}}}}
+SINGLE = (f"{mk.SECTION_BEGIN}{mk.CALL_BEGIN}functions.get_weather:0{mk.ARGUMENT_BEGIN}"
+          f'{{"city": "Paris"}}{mk.CALL_END}{mk.SECTION_END}')
+
+
+@pytest.fixture(scope="module")
+def adapter():
+    pytest.importorskip("sglang")
+    from k2conform_adapters.sglang_server import SglangServerAdapter
+
+    adapter = SglangServerAdapter()
+    adapter.load()
+    return adapter
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from k2conform.delivery.tokenizer import load_tokenizer
+
+    return load_tokenizer()
+
+
+@pytest.mark.parametrize("mode", ["whole", "stream-token", "stream-burst"])
+@pytest.mark.parametrize("case_id", GOLDEN)
+def test_golden_cases_give_the_spec_mapping(adapter, tokenizer, corpus, case_id, mode):
+    case = next(c for c in corpus.completions if c.id == case_id)
+    (delivery,) = deliveries(case.model_output, mode, tokenizer)
+    result = execute(adapter, case.request, delivery)
+    assert result.outcome == "ok", result.error
+    assert compare_results(case.expected.as_result(), result) == []
+    assert not result.meta.get("stream_violations")
+
+
+def test_the_real_handler_ran(adapter, tokenizer):
+    """The reply is OpenAIServingChat's: finish_reason rewritten to tool_calls by
+    _process_tool_calls, skip_special_tokens turned off by _process_messages because tools
+    are declared, the prompt rendered from the served chat template."""
+    result = adapter.parse_whole(Request(tools=(WEATHER,)), Delta(SINGLE, tuple(tokenizer.encode(SINGLE))))
+    assert [(c.id, c.name, c.arguments) for c in result.tool_calls] == [
+        ("functions.get_weather:0", "get_weather", '{"city": "Paris"}')]
+    assert result.content == "" and result.meta["finish_reason"] == "tool_calls"
+    assert result.meta["skip_special_tokens"] is False
+    _, manager, _ = adapter._servers[False]
+    prompt = manager.tokenizer.decode(manager.last_request.input_ids)
+    assert prompt.startswith(f"{mk.IM_SYSTEM}tool_declare{mk.IM_MIDDLE}") and "get_weather" in prompt
+
+
+def test_stream_opens_with_the_role_chunk_and_ids_once(adapter, tokenizer):
+    pieces = [Delta(p, (i,)) for i, p in tokenizer.tokenize_spans(SINGLE)]
+    events = adapter.parse_stream(Request(tools=(WEATHER,)), pieces)
+    assert events[0].content == "" and not events[0].tool_calls  # _generate_chat_stream's first chunk
+    got = assemble(events)
+    assert not got.violations
+    assert [(c.id, c.name, c.arguments) for c in got.result.tool_calls] == [
+        ("functions.get_weather:0", "get_weather", '{"city": "Paris"}')]
+
+
+def test_thinking_routes_reasoning_through_the_configured_parser(adapter, tokenizer):
+    text = "<think>Need the weather.</think>" + SINGLE
+    request = Request(tools=(WEATHER,), thinking=True)
+    whole = adapter.parse_whole(request, Delta(text))
+    assert whole.reasoning == "Need the weather." and len(whole.tool_calls) == 1
+    streamed = assemble(adapter.parse_stream(request, [Delta(p, (i,)) for i, p in tokenizer.tokenize_spans(text)]))
+    assert streamed.result.reasoning == "Need the weather." and len(streamed.result.tool_calls) == 1
+
+
+def test_a_missing_serving_method_is_a_glue_error(monkeypatch):
+    pytest.importorskip("sglang")
+    from k2conform.adapter import AdapterGlueError
+    from k2conform_adapters import sglang_server
+
+    sglang_server.SglangServerAdapter().load()  # imports serving_chat (placeholder included)
+    from sglang.srt.entrypoints.openai.serving_chat import OpenAIServingChat
+
+    monkeypatch.delattr(OpenAIServingChat, "_check_for_unstreamed_tool_args")
+    with pytest.raises(AdapterGlueError) as info:
+        sglang_server.SglangServerAdapter().load()
+    assert info.value.api == "OpenAIServingChat._check_for_unstreamed_tool_args"
+
+
+def test_an_attribute_the_stand_in_lacks_is_adapter_error_not_a_crash(adapter, tokenizer, monkeypatch):
+    """The handler turns every exception into a 500 reply; one caused by the stand-in
+    missing a TokenizerManager attribute must still surface as adapter-error."""
+    from sglang.srt.entrypoints.openai.serving_chat import OpenAIServingChat
+
+    real = OpenAIServingChat._validate_request
+
+    def reads_a_new_field(self, request):
+        self.tokenizer_manager.field_added_in_a_later_release  # noqa: B018
+        return real(self, request)
+
+    monkeypatch.setattr(OpenAIServingChat, "_validate_request", reads_a_new_field)
+    (delivery,) = deliveries(SINGLE, "whole", tokenizer)
+    result = execute(adapter, Request(tools=(WEATHER,)), delivery)
+    assert result.outcome == "adapter-error"
+    assert "TokenizerManager.field_added_in_a_later_release" in result.error
+
+
+@pytest.mark.parametrize("mode", ["whole", "stream-token"])
+def test_recorded_difference_the_server_rejects_an_invalid_tool_schema(adapter, tokenizer, mode):
+    """Recorded behaviour, where the real serving code and the ``sglang`` adapter part:
+    OpenAIServingChat._validate_request checks every tool's ``parameters`` with
+    Draft202012Validator.check_schema before anything is parsed, and answers 400; the
+    ``sglang`` adapter (parser calls only) parses the call.  The error reply is a crash cell
+    naming the status."""
+    from k2conform_adapters.sglang_parser import SglangAdapter
+
+    bad = {"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string", "enum": "Paris"}}}}}
+    request = Request(tools=(bad,))
+    (delivery,) = deliveries(SINGLE, mode, tokenizer)
+    served = execute(adapter, request, delivery)
+    assert served.outcome == "crash"
+    assert served.error.startswith("RuntimeError: HTTP 400: Tool 0 function has invalid 'parameters' schema")
+    parsed = execute(SglangAdapter(), request, delivery)
+    assert parsed.outcome == "ok" and [c.name for c in parsed.tool_calls] == ["get_weather"]
+
+
+def test_a_missing_module_of_the_serving_closure_is_unavailable_with_the_reason():
+    """requirements/parsers.txt installs the parser closure; the serving code imports more
+    (uvicorn among others).  Without it the adapter is unavailable, naming the module."""
+    pytest.importorskip("sglang")
+    script = textwrap.dedent(
+        """
+        import sys
+        sys.modules["uvicorn"] = None  # blocks the import
+        from k2conform.adapter import AdapterUnavailable
+        from k2conform_adapters.sglang_server import SglangServerAdapter
+        try:
+            SglangServerAdapter().load()
+        except AdapterUnavailable as exc:
+            print("unavailable:", exc)
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=300)
+    assert "unavailable: SGLang's serving code needs 'uvicorn', not installed" in out.stdout, out.stderr[-2000:]

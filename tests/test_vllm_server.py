@@ -1,0 +1,254 @@
+"""The ``vllm-server`` adapter: a real vLLM OpenAI server with scripted Kimi token ids.
+
+The server tests need ``.venvs/vllm-server`` (requirements/vllm-server.txt) and skip with
+the install command without it.  They share ONE real server per test session, across
+xdist workers too: the first worker to need it runs ``k2conform run --adapter vllm-server``
+on a few cases (server start, requests, shutdown: the real path end to end) and every test
+reads that run's results; a lock file keeps the other workers waiting for it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from k2conform.delivery import modes as dl
+from k2conform.adapter import AdapterUnavailable
+from k2conform.case.corpus import CorpusError, case_from_json, load_corpus
+from k2conform.adapter.registry import Availability, create_adapter, load
+from k2conform.run.cell import run_cell
+from k2conform.run.matrix import plan
+from k2conform.delivery.tokenizer import load_tokenizer
+from k2conform_adapters import vllm_server
+
+ROOT = Path(__file__).resolve().parents[1]
+VENV = vllm_server.venv_dir()
+INSTALLED = (VENV / "bin" / "python").exists()
+needs_venv = pytest.mark.skipif(
+    not INSTALLED, reason=f"{VENV} is not installed; install it with: {vllm_server.install_command()}")
+
+CASES = (
+    "y_spec_single_call", "y_spec_parallel_calls", "y_spec_content_before_section",
+    "y_server_spacing_default", "y_server_spacing_off", "i_server_max_tokens_cut_in_arguments",
+    "y_server_tool_choice_required", "y_server_multi_turn_second_call", "y_server_stream_include_usage",
+    "n_server_tool_choice_none_call_in_output",
+)
+
+
+# -- without a server ------------------------------------------------------------------------
+
+
+def test_server_modes_are_a_closed_set_apart_from_the_defaults():
+    assert set(dl.SERVER_MODES) == {"server-whole", "server-stream"} <= set(dl.MODES)
+    assert not set(dl.SERVER_MODES) & set(dl.DEFAULT_MODES)
+    assert set(dl.SERVER_MODES) <= set(dl.TOKEN_ALIGNED_MODES)
+    assert dl.adapter_modes(create_adapter("vllm-server")) == dl.SERVER_MODES
+    assert not set(dl.adapter_modes(create_adapter("reference"))) & set(dl.SERVER_MODES)
+    whole, stream = (dl.deliveries("a<|im_end|>b", m, load_tokenizer())[0] for m in dl.SERVER_MODES)
+    assert not whole.streaming and stream.streaming
+    assert whole.deltas == stream.deltas and whole.deltas[0].token_ids == tuple(load_tokenizer().encode("a"))
+
+
+def test_missing_venv_is_unavailable_with_the_install_command(monkeypatch, tmp_path):
+    monkeypatch.setenv(vllm_server.VENV_ENV, str(tmp_path / "absent"))
+    monkeypatch.delenv(vllm_server.URL_ENV, raising=False)
+    adapter = create_adapter("vllm-server")
+    availability = load(adapter)
+    assert availability.status == "unavailable"
+    assert "k2conform setup-parsers vllm-server" in availability.reason and str(tmp_path / "absent") in availability.reason
+    with pytest.raises(AdapterUnavailable):
+        adapter.load()
+
+
+def test_other_adapters_are_unavailable_in_server_modes_and_vice_versa(corpus):
+    case = next(c for c in corpus.completions if c.id == "y_spec_single_call")
+    cell = run_cell(create_adapter("reference"), case, "server-whole", availability=Availability("ok"))
+    assert cell.outcome == "unavailable" and "server-whole" in cell.error
+    cell = run_cell(create_adapter("vllm-server"), case, "whole", availability=Availability("ok"))
+    assert cell.outcome == "unavailable" and "server-whole" in cell.error
+
+
+def test_server_level_cases_are_planned_for_server_modes_only(corpus):
+    server_cases = [c for c in corpus.completions if c.request.server_options]
+    assert len(server_cases) >= 10
+    names = ("reference", "vllm-server")
+    per_adapter = {n: dl.adapter_modes(create_adapter(n)) for n in names}
+    cells = plan(server_cases, names, tuple(dl.MODES), per_adapter)
+    assert cells and {mode for _, _, mode in cells} == set(dl.SERVER_MODES)
+    assert {adapter for _, adapter, _ in cells} == {"vllm-server"}
+
+
+@pytest.mark.parametrize(("options", "field"), [
+    ({"max_tokens": 0}, "request.server_options.max_tokens"),
+    ({"max_tokens": True}, "request.server_options.max_tokens"),
+    ({"spaces_between_special_tokens": "no"}, "request.server_options.spaces_between_special_tokens"),
+    ({"stream_options": {"include_usage": 1}}, "request.server_options.stream_options"),
+    ({"messages": []}, "request.server_options.messages"),
+    ({"temperature": 0.5}, "request.server_options.temperature"),
+])
+def test_server_options_are_validated_naming_file_and_field(options, field):
+    data = {"id": "y_x", "kind": "completion", "description": "d", "tags": [], "source": "s",
+            "request": {"tools": [], "server_options": options}, "model_output": "hi",
+            "expected": {"content": "hi", "reasoning": None, "tool_calls": []}}
+    with pytest.raises(CorpusError) as error:
+        case_from_json(data, "corpus/server/y_x.json")
+    assert error.value.field == field and "y_x.json" in str(error.value)
+
+
+def test_server_options_round_trip_in_the_request():
+    case = load_corpus(ROOT / "corpus" / "server").completions[0]
+    assert case.request.to_json()["server_options"] == dict(case.request.server_options)
+
+
+@needs_venv
+def test_served_tokenizer_has_the_stand_in_ids(tmp_path):
+    """The model directory's tokenizer (tiktoken.model + our class, trust_remote_code) gives
+    the stand-in's ids for text and markers alike, and decodes them back."""
+    texts = ["Hi 你好 😀 <|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
+             "<|tool_call_argument_begin|>{\"city\": \"Paris\"}<|tool_call_end|><|tool_calls_section_end|>",
+             "  trailing\tspaces \n\n and <think>thought</think><|im_end|>"]
+    script = (
+        "import json, sys\n"
+        "from k2conform_adapters.vllm_model import build\n"
+        "from transformers import AutoTokenizer\n"
+        "d = build(sys.argv[1])\n"
+        "t = AutoTokenizer.from_pretrained(str(d), trust_remote_code=True)\n"
+        "texts = json.loads(sys.argv[2])\n"
+        "print(json.dumps({'len': len(t), 'eos': t.eos_token_id, 'ids': [t.encode(x, add_special_tokens=False) for x in texts],"
+        " 'decoded': [t.decode(t.encode(x, add_special_tokens=False)) for x in texts]}))\n"
+    )
+    env = {**os.environ, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run([str(VENV / "bin" / "python"), "-c", script, str(tmp_path / "model"), json.dumps(texts)],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    standin = load_tokenizer()
+    assert got["ids"] == [standin.encode(t) for t in texts]
+    assert got["decoded"] == texts
+    assert got["len"] == 163842 and got["eos"] == 163586
+    stamp = (tmp_path / "model" / "k2conform-model.stamp").read_text()
+    mtime = (tmp_path / "model" / "model.safetensors").stat().st_mtime
+    again = subprocess.run([str(VENV / "bin" / "python"), "-m", "k2conform_adapters.vllm_model", str(tmp_path / "model")],
+                           capture_output=True, text=True, env=env, timeout=300)
+    assert again.returncode == 0 and (tmp_path / "model" / "k2conform-model.stamp").read_text() == stamp
+    assert (tmp_path / "model" / "model.safetensors").stat().st_mtime == mtime  # reused, not rebuilt
+
+
+# -- one real server for the session -------------------------------------------------------
+
+
+def _shared_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    uid = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    base = tmp_path_factory.getbasetemp()
+    return (base.parent / f"vllm-server-{uid}") if uid else (base / "vllm-server-run")
+
+
+@pytest.fixture(scope="session")
+def server_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    if not INSTALLED:
+        pytest.skip(f"{VENV} is not installed; install it with: {vllm_server.install_command()}")
+    root = _shared_dir(tmp_path_factory)
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = root / "done.json"
+        if not done.exists():
+            command = [sys.executable, "-m", "k2conform.cli", "run", "--adapter", "vllm-server",
+                       "--json", str(root / "results.json"), "--run-dir", str(root / "run"),
+                       "--jobs", "2", "--timeout", "120"]
+            for case in CASES:
+                command += ["--case", case]
+            env = {k: v for k, v in os.environ.items() if k != vllm_server.URL_ENV}
+            proc = subprocess.run(command, capture_output=True, text=True, timeout=900, env=env, cwd=ROOT)
+            done.write_text(json.dumps({"rc": proc.returncode, "stdout": proc.stdout[-5000:], "stderr": proc.stderr[-5000:]}))
+    info = json.loads((root / "done.json").read_text())
+    results_path = root / "results.json"
+    assert results_path.exists(), f"the run wrote no results:\n{info['stderr']}"
+    results = json.loads(results_path.read_text())
+    server = json.loads((root / "run" / "vllm-server" / "server.json").read_text())
+    cells = {(c["case"], c["delivery"]): c for c in results["cells"]}
+    return {"info": info, "results": results, "cells": cells, "server": server, "root": root}
+
+
+def _cell(run: dict, case: str, mode: str) -> dict:
+    return run["cells"][(case, mode)]
+
+
+def _calls(cell: dict) -> list[tuple[str, str, str]]:
+    return [(c["id"], c["name"], c["arguments"]) for c in cell["observed"]["tool_calls"]]
+
+
+@pytest.mark.parametrize("mode", dl.SERVER_MODES)
+def test_golden_calls_come_back_through_the_real_server(server_run, mode):
+    single = _cell(server_run, "y_spec_single_call", mode)
+    assert single["outcome"] == "agree", single
+    assert [(i, n, json.loads(a)) for i, n, a in _calls(single)] == [
+        ("functions.get_weather:0", "get_weather", {"city": "Beijing"})]
+    parallel = _cell(server_run, "y_spec_parallel_calls", mode)
+    assert parallel["outcome"] == "agree", parallel
+    assert [i for i, _, _ in _calls(parallel)] == ["functions.get_weather:0", "functions.get_weather:1"]
+    for case in ("y_server_spacing_off", "y_server_tool_choice_required", "y_server_multi_turn_second_call",
+                 "n_server_tool_choice_none_call_in_output", "y_server_stream_include_usage"):
+        assert _cell(server_run, case, mode)["outcome"] == "agree", _cell(server_run, case, mode)
+
+
+def test_every_cell_ran_and_the_forcing_held(server_run):
+    assert {mode for _, mode in server_run["cells"]} == set(dl.SERVER_MODES)
+    assert len(server_run["cells"]) == 2 * len(CASES)
+    row = next(a for a in server_run["results"]["adapters"] if a["name"] == "vllm-server")
+    assert row["status"] == "ok" and row["version"] == "0.32.0"
+    for (case, mode), cell in server_run["cells"].items():
+        assert cell["outcome"] not in ("crash", "timeout", "adapter-error"), cell
+        if mode == "server-whole" and case != "i_server_max_tokens_cut_in_arguments":
+            assert cell["observed"]["meta"]["forced"] is True, cell  # the server returned the script's ids
+
+
+def test_spaces_between_special_tokens_default_pads_content_and_streamed_arguments(server_run):
+    """vllm-project/vllm#33457: with a Kimi-style slow tokenizer the default
+    spaces_between_special_tokens=True puts spaces around the markers: content gains them in
+    both modes, arguments only when streamed (a stream/non-stream mismatch)."""
+    whole = _cell(server_run, "y_server_spacing_default", "server-whole")
+    stream = _cell(server_run, "y_server_spacing_default", "server-stream")
+    expected = "I'll check the weather. "
+    for cell in (whole, stream):
+        assert cell["outcome"] == "differs" and "content" in cell["fields"], cell
+        assert cell["observed"]["content"] != expected and cell["observed"]["content"].strip() == expected.strip()
+    (_, _, whole_args), (_, _, stream_args) = _calls(whole)[0], _calls(stream)[0]
+    assert whole_args == '{"city": "Paris"}'
+    assert stream_args != whole_args and stream_args.strip() == whole_args
+    off = _cell(server_run, "y_server_spacing_off", "server-stream")
+    assert off["observed"]["content"] == expected and _calls(off)[0][2] == '{"city": "Paris"}'
+
+
+def test_max_tokens_cut_inside_the_arguments(server_run):
+    cell = _cell(server_run, "i_server_max_tokens_cut_in_arguments", "server-whole")
+    meta = cell["observed"]["meta"]
+    calls = _calls(cell)
+    # 12 tokens end inside the arguments: what comes back is a cut call, never the full one.
+    assert meta["script_tokens"] > 12
+    assert not calls or calls[0][2] != '{"city": "San Francisco, California, United States of America"}'
+    # Recorded: vLLM 0.32.0 reports "tool_calls" here, where its docs promise "length".
+    assert meta["finish_reason"] in ("length", "tool_calls")
+
+
+def test_the_server_is_stopped_and_its_port_freed(server_run):
+    info, server = server_run["info"], server_run["server"]
+    assert info["rc"] in (0, 1), info  # 1: the spacing finding is a differs cell
+    with pytest.raises(ProcessLookupError):
+        os.killpg(server["pgid"], 0)
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        assert sock.connect_ex(("127.0.0.1", server["port"])) != 0  # nobody listens there
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT of old requests is fine
+        sock.bind(("127.0.0.1", server["port"]))  # free again: a listener would make this fail
+        sock.listen(1)
+    assert server["url"].startswith("http://127.0.0.1:")
+    log = Path(server["log"]).read_text(errors="replace")
+    assert "--logits-processors" in log and "k2conform_adapters.vllm_forcing:ScriptedTokens" in log
+    assert (server_run["root"] / "run" / "vllm-server" / "cache").is_dir()
