@@ -82,9 +82,12 @@ def test_stream_faults_are_caught_by_the_sse_checks(pytester, probes):
 def test_summary_thresholds_gate_a_drop(pytester, probes):
     with Server(FakeEngine(probes, faults=["arguments-not-json"])) as url:
         strict = run_plugin(pytester, url, "-k", "whole or summary")
-        lenient = run_plugin(pytester, url, "-k", "summary", "--k2-min-schema-accuracy", "0")
+        lenient = run_plugin(pytester, url, "-k", "whole or summary", "--k2-min-schema-accuracy", "0")
+        alone = run_plugin(pytester, url, "-k", "summary")
     assert "[k2 check summary] schema accuracy 0.000 < 1.0" in strict.stdout.str()
-    lenient.assert_outcomes(passed=1, deselected=lenient.parseoutcomes()["deselected"])
+    assert "schema accuracy: 0/" in lenient.stdout.str() and "[k2 check summary]" not in lenient.stdout.str()
+    # no threshold passes on zero observations
+    assert alone.ret == 1 and "schema accuracy has no observations" in alone.stdout.str()
 
 
 def test_server_without_tokenize_skips_prompt_conformance_with_a_reason(pytester, probes):
@@ -121,3 +124,44 @@ def test_missing_key_variable_is_a_usage_error(pytester, monkeypatch):
                                            "--k2-api-key-env", "K2_TEST_NO_SUCH_KEY")
     assert result.ret == 4
     assert "K2_TEST_NO_SUCH_KEY is not set" in result.stderr.str()
+
+
+def test_a_conforming_server_without_the_default_system_newline_passes_the_prompt_check(pytester, probes):
+    with Server(FakeEngine(probes, faults=["no-default-system-newline"])) as url:
+        result = run_plugin(pytester, url, "-k", "prompt", "-s")
+    out = result.stdout.str()
+    assert result.ret == 0, out[-3000:]
+    assert "y_prompt_default_system_injected: after the injected default system prompt the server wrote ''" in out
+
+
+def test_the_prompt_check_accepts_only_the_documented_artifacts():
+    from k2conform.engine.checks import DEFAULT_SYSTEM_TURN, prompt_matches
+
+    golden = "<|im_system|>tool_declare<|im_middle|>[]<|im_end|>" + DEFAULT_SYSTEM_TURN + "\n<|im_user|>user<|im_middle|>hi"
+    for artifact in ("", "\n", "\n  "):
+        assert prompt_matches(golden, golden.replace("\n<|im_user|>", artifact + "<|im_user|>")) == (True, artifact)
+    assert prompt_matches(golden, golden.replace("\n<|im_user|>", "\n\n<|im_user|>"))[0] is False
+    assert prompt_matches(golden, golden.replace("hi", "hi ")) == (False, None)
+    assert prompt_matches("<|im_user|>user<|im_middle|>x", "<|im_user|>user<|im_middle|>x") == (True, None)
+
+
+def test_a_model_choice_is_a_statistic_not_a_failure(pytester, probes, tmp_path):
+    """One call where the probe hoped for two: the calls that came back are checked, the choice is counted."""
+    summary_path = tmp_path / "summary.json"
+    with Server(FakeEngine(probes, faults=["one-call-of-two"])) as url:
+        result = run_plugin(pytester, url, "--k2-summary-json", str(summary_path))
+    out = result.stdout.str()
+    assert result.ret == 0, out[-3000:]
+    summary = json.loads(summary_path.read_text())
+    assert summary["trigger_agreement"] < 1.0 and summary["trigger_f1"] == 1.0
+    with Server(FakeEngine(probes, faults=["one-call-of-two"])) as url:
+        strict = run_plugin(pytester, url, "-k", "whole or summary", "--k2-min-trigger-agreement", "1.0")
+    assert strict.ret == 1 and "[k2 check summary] trigger agreement" in strict.stdout.str()
+
+
+def test_a_dead_url_ends_the_session_at_once_in_one_line(pytester):
+    result = pytester.runpytest_subprocess("--k2-engine-url", "http://127.0.0.1:9/v1", "--k2-model", MODEL)
+    assert result.ret == 4
+    err = result.stderr.str()
+    assert "k2conform: cannot reach the engine at http://127.0.0.1:9/v1" in err and "Connection refused" in err
+    assert "Traceback" not in err and len(result.stdout.lines) < 20

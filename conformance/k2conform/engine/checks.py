@@ -22,6 +22,7 @@ from k2conform.markers import LEAK_MARKERS
 from k2conform.model import StreamEvent, ToolCallDelta
 from k2conform.engine.plugin import SUMMARY_KEY, EngineSummary
 from k2conform.judge.stream import assemble
+from k2conform.reference.render import DEFAULT_SYSTEM_PROMPT
 
 CHECKS = {
     "prompt": "the chat renders to the golden prompt stream (server's /tokenize + /detokenize)",
@@ -31,7 +32,6 @@ CHECKS = {
     "arguments-schema": "arguments validate against the tool's JSON schema",
     "finish-reason": "finish_reason is tool_calls when calls are returned",
     "content-markers": "content carries no marker bytes",
-    "trigger": "calls are returned when the probe requires them and not when it forbids them",
     "id-format": "ids are the model's functions.NAME:IDX (what Kimi K2 reads back in history)",
     "id-round-trip": "ids are unique and the next turn, carrying them, is accepted and rendered",
     "sse-invariants": "id and name once per index, contiguous indexes, no markers in content deltas",
@@ -255,17 +255,40 @@ def _check_trigger(check: Checker, expect: Mapping[str, Any], calls: list, summa
     wanted = expect["calls"]
     if wanted == "any":
         return
-    agree = bool(calls) if wanted == "required" else not calls
-    agree = agree and len(calls) >= expect.get("min_calls", 0)
-    if summary is not None:
-        summary.trigger_total += 1
-        summary.trigger_agree += agree
-    names = [c["name"] for c in calls]
+    # What the model chose (call or not, how many, which tool) is a statistic in the summary,
+    # judged like K2-Vendor-Verifier against the probe's recorded reference decision; only
+    # server-level promises are test failures.
+    if summary is None:
+        return
+    called, expected_call = bool(calls), wanted == "required"
+    summary.trigger_total += 1
     allowed = expect.get("names")
-    check("trigger", agree, f"expected calls: {wanted} (at least {expect.get('min_calls', 0)}), got {len(calls)} {names}")
-    if allowed:
-        stray = [n for n in names if n not in allowed]
-        check("trigger", not stray, f"calls {stray} where the probe expects {allowed}")
+    summary.trigger_agree += (called == expected_call and len(calls) >= expect.get("min_calls", 0)
+                              and not (allowed and any(c["name"] not in allowed for c in calls)))
+    summary.trigger_tp += called and expected_call
+    summary.trigger_fp += called and not expected_call
+    summary.trigger_fn += expected_call and not called
+
+
+#: The spec's whitespace artifact: when no system message is given, the template injects the
+#: default system prompt, and nothing, "\n" or "\n  " may stand between it and the first
+#: <|im_user|> (harmless: it tokenizes around the markers).  Any other difference fails.
+DEFAULT_SYSTEM_TURN = f"<|im_system|>system<|im_middle|>{DEFAULT_SYSTEM_PROMPT}<|im_end|>"
+DEFAULT_SYSTEM_ARTIFACTS = ("", "\n", "\n  ")
+
+
+def prompt_matches(expected: str, rendered: str) -> tuple[bool, str | None]:
+    """Whether ``rendered`` is the golden stream, up to the default-system artifact; and which
+    artifact the server wrote after an injected default system prompt (None: no such turn)."""
+    start = expected.find(DEFAULT_SYSTEM_TURN + "\n")
+    if start < 0:
+        return rendered == expected, None
+    head = expected[:start + len(DEFAULT_SYSTEM_TURN)]
+    tail = expected[start + len(DEFAULT_SYSTEM_TURN) + 1:]
+    for artifact in DEFAULT_SYSTEM_ARTIFACTS:
+        if rendered == head + artifact + tail:
+            return True, artifact
+    return False, None
 
 
 # --- the checks ----------------------------------------------------------------------------------
@@ -278,10 +301,13 @@ def test_prompt_conformance(engine, prompt_case):
         pytest.skip("the server cannot render a chat: no /tokenize with messages (vLLM's) endpoint")
     if prompt_case.add_generation_prompt is False:
         pytest.skip("/tokenize renders with the generation prompt; this golden stream has none")
-    assert rendered == prompt_case.expected_prompt, (
+    ok, artifact = prompt_matches(prompt_case.expected_prompt, rendered)
+    assert ok, (
         f"[k2 check prompt] {prompt_case.id}: the server's rendering differs from the golden prompt stream\n"
         f"  expected: {prompt_case.expected_prompt!r}\n  rendered: {rendered!r}"
     )
+    if artifact is not None:
+        print(f"[k2 prompt] {prompt_case.id}: after the injected default system prompt the server wrote {artifact!r}")
 
 
 def test_probe_whole(engine, client, probe, replies, summary):
@@ -344,13 +370,22 @@ def test_probe_follow_up(engine, client, probe, replies, summary):
 
 def test_summary_thresholds(pytestconfig, summary):
     """Last: the release gate on K2-Vendor-Verifier's numbers."""
-    accuracy, agreement = summary.schema_accuracy, summary.trigger_agreement
+    accuracy, agreement, f1 = summary.schema_accuracy, summary.trigger_agreement, summary.trigger_f1
     min_accuracy = pytestconfig.getoption("k2_min_schema_accuracy")
     min_agreement = pytestconfig.getoption("k2_min_trigger_agreement")
+    min_f1 = pytestconfig.getoption("k2_min_trigger_f1")
     problems = []
-    if accuracy is not None and accuracy < min_accuracy:
+    # No threshold passes on zero observations.
+    if accuracy is None:
+        problems.append("schema accuracy has no observations (no tool call came back)")
+    elif accuracy < min_accuracy:
         problems.append(f"schema accuracy {accuracy:.3f} < {min_accuracy} ({summary.schema_valid}/{summary.calls})")
-    if agreement is not None and agreement < min_agreement:
+    if agreement is None:
+        problems.append("trigger decisions have no observations (no probe was answered)")
+    elif agreement < min_agreement:
         problems.append(f"trigger agreement {agreement:.3f} < {min_agreement} ({summary.trigger_agree}/{summary.trigger_total})")
+    if f1 is not None and f1 < min_f1:
+        problems.append(f"trigger f1 {f1:.3f} < {min_f1} (tp {summary.trigger_tp}, fp {summary.trigger_fp}, "
+                        f"fn {summary.trigger_fn})")
     if problems:
         pytest.fail("[k2 check summary] " + "; ".join(problems), pytrace=False)

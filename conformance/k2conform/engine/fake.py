@@ -36,6 +36,9 @@ FAULTS: dict[str, str] = {
     "arguments-not-json": "every call's arguments lose their last character (not JSON)",
     "renamed-id": "every call id is renamed (call_<n>) instead of the model's functions.NAME:IDX",
     "no-tokenize": "the server has no /tokenize endpoint (404)",
+    # Not faults: what a conforming server may do, which the plugin must pass.
+    "no-default-system-newline": "(conforming) the injected default system prompt is followed by no newline",
+    "one-call-of-two": "(conforming: a model's choice) of several tool calls only the first is made",
 }
 
 
@@ -74,9 +77,16 @@ class FakeEngine:
                     return probe.replay[turn]
         return "I have no scripted answer for this conversation."
 
+    def _chosen(self, text: str) -> str:
+        """The model output after the model's own choices (``one-call-of-two``)."""
+        if "one-call-of-two" not in self.faults or text.count(mk.CALL_BEGIN) < 2:
+            return text
+        second = text.find(mk.CALL_BEGIN, text.find(mk.CALL_END) + 1)
+        return text[:second] + text[text.find(mk.SECTION_END):]
+
     def complete(self, body: Mapping[str, Any]) -> tuple[Result, str]:
         """The parsed result of one request (whole), and the raw model output."""
-        text = self.model_output(body.get("messages") or [])
+        text = self._chosen(self.model_output(body.get("messages") or []))
         request = _request(body)
         if request.tool_choice == "none" or not request.tools:
             return Result(content=text), text
@@ -85,7 +95,7 @@ class FakeEngine:
             return execute(self.adapter, request, delivery), text
 
     def stream(self, body: Mapping[str, Any]) -> tuple[list[StreamEvent], str]:
-        text = self.model_output(body.get("messages") or [])
+        text = self._chosen(self.model_output(body.get("messages") or []))
         request = _request(body)
         if request.tool_choice == "none" or not request.tools:
             return [StreamEvent(content=d.text) for d in dl.deliveries(text, "stream-token", self.tokenizer)[0].deltas
@@ -176,10 +186,12 @@ class FakeEngine:
         yield chunk({}, finish)
 
     def tokenize(self, body: Mapping[str, Any]) -> dict[str, Any]:
-        from k2conform.reference.render import render
+        from k2conform.reference.render import DEFAULT_SYSTEM_PROMPT, render
 
         if "messages" in body:
             text = render(body["messages"], body.get("tools") or [], bool(body.get("add_generation_prompt", True)))
+            if "no-default-system-newline" in self.faults:
+                text = text.replace(DEFAULT_SYSTEM_PROMPT + mk.IM_END + "\n", DEFAULT_SYSTEM_PROMPT + mk.IM_END, 1)
         else:
             text = body.get("prompt", "")
         tokens = [i for i, _ in self.tokenizer.tokenize_spans(text)]

@@ -34,6 +34,11 @@ class EngineSummary:
     schema_valid: int = 0
     trigger_total: int = 0
     trigger_agree: int = 0
+    #: Call/no-call decisions against the probes' recorded reference decisions (K2VV: positive =
+    #: a call was made): true/false positives, false negatives.
+    trigger_tp: int = 0
+    trigger_fp: int = 0
+    trigger_fn: int = 0
     failed_checks: dict[str, int] = field(default_factory=dict)
 
     def count_finish(self, reason: str | None) -> None:
@@ -48,12 +53,28 @@ class EngineSummary:
     def trigger_agreement(self) -> float | None:
         return self.trigger_agree / self.trigger_total if self.trigger_total else None
 
+    @property
+    def trigger_precision(self) -> float | None:
+        made = self.trigger_tp + self.trigger_fp
+        return self.trigger_tp / made if made else None
+
+    @property
+    def trigger_recall(self) -> float | None:
+        wanted = self.trigger_tp + self.trigger_fn
+        return self.trigger_tp / wanted if wanted else None
+
+    @property
+    def trigger_f1(self) -> float | None:
+        p, r = self.trigger_precision, self.trigger_recall
+        return 2 * p * r / (p + r) if p and r else (0.0 if p is not None and r is not None else None)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "finish_reasons": dict(sorted(self.finish_reasons.items())),
             "tool_calls": self.calls, "schema_valid": self.schema_valid, "schema_accuracy": self.schema_accuracy,
             "trigger_total": self.trigger_total, "trigger_agree": self.trigger_agree,
-            "trigger_agreement": self.trigger_agreement, "failed_checks": dict(sorted(self.failed_checks.items())),
+            "trigger_agreement": self.trigger_agreement, "trigger_precision": self.trigger_precision,
+            "trigger_recall": self.trigger_recall, "trigger_f1": self.trigger_f1, "failed_checks": dict(sorted(self.failed_checks.items())),
         }
 
 
@@ -67,8 +88,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--k2-timeout", type=float, default=120.0, help="seconds per request")
     group.addoption("--k2-min-schema-accuracy", type=float, default=1.0,
                     help="fail the summary below this share of calls whose arguments validate (default 1.0)")
-    group.addoption("--k2-min-trigger-agreement", type=float, default=1.0,
-                    help="fail the summary below this share of probes whose call/no-call matches the expectation (default 1.0)")
+    group.addoption("--k2-min-trigger-f1", type=float, default=0.80,
+                    help="fail the summary below this f1 of call/no-call decisions against the probes' recorded "
+                         "reference decisions (K2-Vendor-Verifier's threshold; default 0.80)")
+    group.addoption("--k2-min-trigger-agreement", type=float, default=0.0,
+                    help="fail the summary below this share of probes whose decision and call count match (default: off)")
     group.addoption("--k2-summary-json", help="write the summary (no secrets) to this file")
 
 
@@ -80,12 +104,29 @@ def pytest_configure(config: pytest.Config) -> None:
     var = config.getoption("k2_api_key_env")
     if var and var not in os.environ:
         raise pytest.UsageError(f"--k2-api-key-env: the environment variable {var} is not set")
+    _check_reachable(config.getoption("k2_engine_url"), config.getoption("k2_timeout"))
     config.stash[SUMMARY_KEY] = EngineSummary()
     checks = str(Path(__file__).with_name("checks.py"))
     if config.args_source == pytest.Config.ArgsSource.ARGS:
         config.args.append(checks)
     else:
         config.args[:] = [checks]
+
+
+def _check_reachable(url: str, timeout: float) -> None:
+    """One request before any test: a dead or wrong URL ends the session at once, in one line."""
+    import urllib.error
+    import urllib.request
+
+    models = url.rstrip("/") + "/models"
+    try:
+        urllib.request.urlopen(models, timeout=min(timeout, 10.0)).close()
+    except urllib.error.HTTPError as error:
+        if error.code not in (401, 403):  # a server that wants a key is there
+            raise pytest.UsageError(f"k2conform: the engine at {url} answers GET /models with HTTP {error.code}") from None
+    except (urllib.error.URLError, OSError, ValueError) as error:
+        reason = getattr(error, "reason", error)
+        raise pytest.UsageError(f"k2conform: cannot reach the engine at {url}: {reason}") from None
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -111,6 +152,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     terminalreporter.line(
         f"trigger agreement: {summary.trigger_agree}/{summary.trigger_total}" + (f" = {trig:.3f}" if trig is not None else "")
     )
+    terminalreporter.line("trigger precision / recall / f1: " + " / ".join(
+        "-" if v is None else f"{v:.3f}" for v in (summary.trigger_precision, summary.trigger_recall, summary.trigger_f1)))
     if data["failed_checks"]:
         terminalreporter.line("failed checks: " + ", ".join(f"{k} x{v}" for k, v in data["failed_checks"].items()))
     path = config.getoption("k2_summary_json")
