@@ -252,3 +252,48 @@ def test_the_server_is_stopped_and_its_port_freed(server_run):
     log = Path(server["log"]).read_text(errors="replace")
     assert "--logits-processors" in log and "k2conform_adapters.vllm_forcing:ScriptedTokens" in log
     assert (server_run["root"] / "run" / "vllm-server" / "cache").is_dir()
+
+
+# -- the engine plugin against the real server ---------------------------------------------------
+
+
+def test_the_engine_plugin_passes_the_real_server_and_names_the_check_a_broken_replay_breaks(tmp_path):
+    """The live-engine plugin against a real vLLM server running k2conform's forcing processor
+    (``--k2-script`` sends each probe's replay): the clean probes pass every server check; a
+    replay whose call arguments are not JSON fails, naming ``arguments-json``."""
+    if not INSTALLED:
+        pytest.skip(f"{VENV} is not installed; install it with: {vllm_server.install_command()}")
+    corpus = tmp_path / "corpus"
+    (corpus / "probes").mkdir(parents=True)
+    probe = json.loads((ROOT / "corpus" / "probes" / "y_probe_single_call.json").read_text())
+    (corpus / "probes" / "y_probe_single_call.json").write_text(json.dumps(probe))
+    broken = dict(probe, id="y_probe_broken_arguments",
+                  replay=[probe["replay"][0].replace('"Beijing"}', '"Beijing"')] + probe["replay"][1:])
+    assert broken["replay"][0] != probe["replay"][0]
+    with vllm_server.VllmServer(tmp_path / "run") as server:
+        def plugin(*args: str) -> subprocess.CompletedProcess:
+            return subprocess.run(
+                [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "--rootdir", str(tmp_path),
+                 "--k2-engine-url", server.url, "--k2-model", vllm_server.MODEL_NAME, "--k2-script",
+                 "--k2-corpus", str(corpus), "-k", "probe or summary", *args],
+                capture_output=True, text=True, timeout=600, cwd=tmp_path)
+        clean = plugin()
+        (corpus / "probes" / "y_probe_broken_arguments.json").write_text(json.dumps(broken))
+        failing = plugin()
+    assert clean.returncode == 0, clean.stdout[-4000:]
+    assert "schema accuracy: " in clean.stdout and "failed checks" not in clean.stdout
+    assert failing.returncode == 1
+    assert "[k2 check arguments-json] y_probe_broken_arguments:" in failing.stdout, failing.stdout[-4000:]
+    assert "y_probe_single_call:" not in failing.stdout.split("k2conform engine summary")[0]  # the clean probe still passes
+
+
+def test_the_reviewed_server_baseline_covers_what_the_server_does(server_run):
+    """baseline-servers.json: every finding of the real server on these cases is a reviewed
+    deviation, and none of its entries for them is stale."""
+    from k2conform.gate.baseline import gate, load_baseline
+    from k2conform.model import RunResults
+
+    results, passed = gate(RunResults.from_json(server_run["results"]), load_baseline(ROOT / "baseline-servers.json"))
+    verdict = results.extra["gate"]
+    assert verdict["new_cells"] == [] and verdict["stale"] == [] and verdict["missing"] == [], verdict
+    assert passed

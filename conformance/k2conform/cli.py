@@ -16,7 +16,7 @@ from typing import Any, Iterator, Sequence
 from k2conform.delivery import modes as dl
 from k2conform.case.corpus import CorpusError, default_corpus_dir, iter_problems, load_corpus
 from k2conform.model import Result, RunResults
-from k2conform.adapter.registry import UnknownAdapter, adapter_names, create_adapter, load
+from k2conform.adapter.registry import UnknownAdapter, adapter_names, create_adapter, default_adapter_names, load
 from k2conform.errors import HarnessError, UsageError
 
 DESCRIPTION = """\
@@ -285,11 +285,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError(f"no case matches {args.case}")
     if args.shard:
         cases = [c for c in cases if in_shard(c.id, *args.shard)]
-    names = args.adapter or adapter_names()
+    names = args.adapter or default_adapter_names()
     adapters = [create_adapter(name) for name in names]
-    if not args.adapter:  # opt-in adapters (a real server: minutes) run when named
-        kept = [(n, a) for n, a in zip(names, adapters) if getattr(a, "run_by_default", True)]
-        names, adapters = [n for n, _ in kept], [a for _, a in kept]
     modes = tuple(args.delivery or dl.MODES)
     # No --delivery: each adapter in the modes it takes (server modes for server adapters).
     per_adapter = None if args.delivery else {n: dl.adapter_modes(a) for n, a in zip(names, adapters)}

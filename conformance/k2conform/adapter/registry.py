@@ -27,6 +27,13 @@ def adapter_names() -> list[str]:
     return [n for n in BUILTIN_ORDER if n in names] + sorted(n for n in names if n not in BUILTIN_ORDER)
 
 
+def default_adapter_names() -> list[str]:
+    """The adapters a command runs when none is named: every registered one but the opt-in ones
+    (``run_by_default = False``: a real server, minutes per run)."""
+    points = _entry_points()
+    return [n for n in adapter_names() if getattr(points[n].load(), "run_by_default", True)]
+
+
 def create_adapter(name: str) -> Adapter:
     """An adapter instance, not yet loaded.  ``cmd:COMMAND ARGS`` (or ``NAME=cmd:...``) is an
     adapter in another process speaking the adapter protocol (docs/adapter-protocol.md)."""

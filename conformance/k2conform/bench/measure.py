@@ -687,9 +687,9 @@ def add_parser(subparsers: Any) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from k2conform.adapter.registry import adapter_names
+    from k2conform.adapter.registry import default_adapter_names
 
-    names = args.adapter or adapter_names()
+    names = args.adapter or default_adapter_names()
     fuzz_seconds = args.fuzz_seconds if args.fuzz_seconds is not None else (0 if args.quick else 3)
     doc = run_bench(names, quick=args.quick, reps=args.reps, series_budget=args.series_budget,
                     max_seconds=args.max_seconds, harness=not args.no_harness, fuzz_seconds=fuzz_seconds,

@@ -70,6 +70,7 @@ def engine(pytestconfig: pytest.Config) -> dict[str, Any]:
         "key_var": var,
         "seed": pytestconfig.getoption("k2_seed"),
         "timeout": pytestconfig.getoption("k2_timeout"),
+        "script": pytestconfig.getoption("k2_script"),
     }
 
 
@@ -151,7 +152,20 @@ def _render(engine: dict[str, Any], messages: Any, tools: Any) -> str | None:
 def _kwargs(engine: dict[str, Any], probe: ProbeCase, messages: Any) -> dict[str, Any]:
     kwargs: dict[str, Any] = {"model": engine["model"], "messages": list(messages), "temperature": 0,
                               "seed": engine["seed"], "tools": list(probe.tools), "tool_choice": probe.tool_choice}
+    if engine.get("script"):
+        kwargs["extra_body"] = {"vllm_xargs": {"k2conform_script": json.dumps(_script(probe, messages))}}
     return kwargs
+
+
+def _script(probe: ProbeCase, messages: Any) -> list[int]:
+    """The token ids of the probe's replay for this turn, as the forcing logits processor takes
+    them (the stand-in tokenizer's ids are the served tokenizer's; the end of turn is added by it)."""
+    from k2conform.delivery.modes import engine_output
+    from k2conform.delivery.tokenizer import load_tokenizer
+
+    turn = sum(1 for m in list(messages)[len(probe.messages):] if m.get("role") == "assistant")
+    text = engine_output(probe.replay[min(turn, len(probe.replay) - 1)])
+    return [i for i, _ in load_tokenizer().tokenize_spans(text)]
 
 
 def _ask_whole(client: Any, engine: dict[str, Any], probe: ProbeCase, messages: Any) -> dict[str, Any]:

@@ -88,6 +88,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--k2-timeout", type=float, default=120.0, help="seconds per request")
     group.addoption("--k2-min-schema-accuracy", type=float, default=1.0,
                     help="fail the summary below this share of calls whose arguments validate (default 1.0)")
+    group.addoption("--k2-script", action="store_true",
+                    help="send each probe's replay as the forcing script (vllm_xargs.k2conform_script): for a "
+                         "server running k2conform's logits processor, as the vllm-server adapter's server does")
     group.addoption("--k2-min-trigger-f1", type=float, default=0.80,
                     help="fail the summary below this f1 of call/no-call decisions against the probes' recorded "
                          "reference decisions (K2-Vendor-Verifier's threshold; default 0.80)")

@@ -80,13 +80,13 @@ class Engine:
     skipped: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        from k2conform.adapter.registry import adapter_names, create_adapter, load
+        from k2conform.adapter.registry import create_adapter, default_adapter_names, load
         from k2conform.delivery.tokenizer import load_tokenizer
 
         if self.tokenizer is None:
             self.tokenizer = load_tokenizer()
         self.reference = create_adapter("reference")
-        names = list(self.adapter_names) if self.adapter_names else [n for n in adapter_names() if n != "reference"]
+        names = list(self.adapter_names) if self.adapter_names else [n for n in default_adapter_names() if n != "reference"]
         self.adapters = []
         for name in names:
             if name == "reference":

@@ -31,7 +31,7 @@ from k2conform.case.corpus import CompletionCase, default_corpus_dir, load_corpu
 from k2conform.adapter.harness import execute
 from k2conform.markers import visible
 from k2conform.model import Result, RunResults, ToolCall
-from k2conform.adapter.registry import adapter_names, create_adapter, load
+from k2conform.adapter.registry import create_adapter, default_adapter_names, load
 from k2conform.errors import UsageError
 from k2conform.run.cell import CellSettings, run_cell
 
@@ -186,7 +186,7 @@ def reproduces(case: CompletionCase, cell: Any, run: dict[str, Any]) -> tuple[bo
 
 def _other_results(args: argparse.Namespace, target: str, case: CompletionCase, variant: dl.Delivery) -> list[dict[str, Any]]:
     rows = []
-    names = args.compare or [n for n in adapter_names() if n != target]
+    names = args.compare or [n for n in default_adapter_names() if n != target]
     for name in names:
         other = create_adapter(name)
         availability = load(other)

@@ -16,6 +16,7 @@ import logging
 import multiprocessing
 import os
 import signal
+import threading
 import sys
 import time
 import traceback
@@ -61,7 +62,8 @@ def _worker(conn: Connection, config: RunConfig, silence: bool = True) -> None:
     """
     from k2conform.delivery.tokenizer import load_tokenizer
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent decides
+    if threading.current_thread() is threading.main_thread():  # a worker process, not a test's thread
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent decides
     if silence:
         _silence()
 
