@@ -113,3 +113,12 @@ def test_shipped_case_files_are_in_canonical_layout():
     for case in load_corpus().completions + load_corpus().prompts:
         with open(case.path, encoding="utf-8") as handle:
             assert handle.read() == dumps_canonical(case.to_json()), case.path
+
+
+def test_every_case_source_is_something_a_reader_can_find(corpus):
+    """A spec section, a URL, a generator class or a file of this repository; never a path
+    outside it or a reference to the project's private tracker."""
+    import re
+
+    for case in [*corpus.completions, *corpus.prompts, *corpus.probes]:
+        assert "shared/" not in case.source and not re.search(r"\bissue \d+\b(?!:)", case.source), (case.id, case.source)
