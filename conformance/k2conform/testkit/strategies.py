@@ -47,8 +47,15 @@ def tool_names(draw: st.DrawFn, dotted: bool = True, hyphenated: bool = True, no
     return ".".join(draw(segment) for _ in range(count))
 
 
+def _text(**kwargs: Any) -> st.SearchStrategy[str]:
+    """Text that never holds the end-of-turn token: generation stops at ``<|im_end|>`` (the
+    spec's eos), so it cannot stand inside a call's arguments.  (Hypothesis also draws the
+    string constants of the code under test, this marker among them.)"""
+    return st.text(**kwargs).filter(lambda text: mk.IM_END not in text)
+
+
 def json_scalars(with_markers: bool = True) -> st.SearchStrategy[Any]:
-    strings = st.text(max_size=30)
+    strings = _text(max_size=30)
     if with_markers:
         strings = st.one_of(strings, st.sampled_from(mk.TOOL_MARKERS).map(lambda m: f"see {m} here"))
     return st.one_of(
@@ -61,14 +68,14 @@ def json_values(max_leaves: int = 12, with_markers: bool = True) -> st.SearchStr
     """Nested JSON values (no NaN); strings sometimes hold marker text."""
     return st.recursive(
         json_scalars(with_markers),
-        lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=10), inner, max_size=4)),
+        lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(_text(max_size=10), inner, max_size=4)),
         max_leaves=max_leaves,
     )
 
 
 def arguments(with_markers: bool = True) -> st.SearchStrategy[dict[str, Any]]:
     """A call's arguments: a JSON object."""
-    return st.dictionaries(st.text(min_size=1, max_size=12), json_values(with_markers=with_markers), max_size=5)
+    return st.dictionaries(_text(min_size=1, max_size=12), json_values(with_markers=with_markers), max_size=5)
 
 
 def tool_schema(name: str, args: dict[str, Any] | None = None) -> dict[str, Any]:
