@@ -24,7 +24,7 @@ def test_golden_corpus_covers_the_spec_streams():
                      "y_prompt_tool_result_without_name", "y_spec_single_call", "y_spec_parallel_calls",
                      "y_spec_stage1_generation", "y_spec_final_answer"):
         assert required in ids
-    assert all("shared/seeds" in c.source and "section" in c.source for c in GOLDEN.prompts + GOLDEN.completions)
+    assert all("tool_call_guidance.md" in c.source and "section" in c.source for c in GOLDEN.prompts + GOLDEN.completions)
 
 
 @pytest.mark.parametrize("case", GOLDEN.prompts, ids=lambda c: c.id)
