@@ -193,7 +193,7 @@ def _write_json(data: Any) -> None:
 
 def cmd_parse(args: argparse.Namespace) -> int:
     from k2conform.case.corpus import request_from_json
-    from k2conform.run.cell import adhoc_case, run_cell
+    from k2conform.run.cell import CellSettings, adhoc_case, run_cell
 
     data = _read_json_stdin((), ("model_output", "tools", "tool_choice", "thinking", "deltas"))
     recorded = data.get("deltas")
@@ -211,22 +211,12 @@ def cmd_parse(args: argparse.Namespace) -> int:
         raise UsageError("--delivery stream-recorded needs 'deltas' on stdin")
     adapter = create_adapter(args.adapter)
     case = adhoc_case(request, text, tuple(recorded) if recorded is not None else None)
-    cell = run_cell(adapter, case, args.delivery, _cell_settings(args))
+    cell = run_cell(adapter, case, args.delivery, CellSettings.from_args(args))
     result = cell.observed or Result.failed(cell.outcome.value, cell.error or "")
     if cell.variants_differing:
         result = result.with_meta(variants_differing=list(cell.variants_differing))
     _write_json(result.with_meta(adapter=adapter.name).to_json())
     return 0
-
-
-def _cell_settings(args: argparse.Namespace) -> Any:
-    """The cell settings of a command's --seed, --burst, --tokenizer and --timeout (checked)."""
-    from k2conform.run.cell import CellSettings
-
-    try:
-        return CellSettings(seed=args.seed, burst=args.burst, tokenizer=args.tokenizer, deadline=args.timeout)
-    except ValueError as error:
-        raise UsageError(str(error)) from None
 
 
 def cmd_render(args: argparse.Namespace) -> int:
@@ -275,6 +265,7 @@ def _shard(text: str) -> tuple[int, int]:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from k2conform.gate.baseline import load_baseline
+    from k2conform.run.cell import CellSettings
     from k2conform.run.matrix import Matrix, RunConfig, in_shard, plan, progress_printer, select_cases
     from k2conform.run.results import adapter_row, assemble
 
@@ -293,7 +284,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     baseline = load_baseline(args.baseline) if args.baseline else None
     _check_writable(args.json, args.html, args.markdown)
     run_dir = args.run_dir or next((p.parent for p in (args.json, args.html, args.markdown) if p), None)
-    config = RunConfig(root, tuple(names), args.jobs, _cell_settings(args), run_dir)
+    config = RunConfig(root, tuple(names), args.jobs, CellSettings.from_args(args), run_dir)
     matrix = Matrix(config, progress=progress_printer())
     started = time.monotonic()
     tasks = plan(cases, names, modes, per_adapter)

@@ -87,11 +87,7 @@ def cmd_report_finding(args: argparse.Namespace) -> int:
     if availability.status != "ok":
         raise UsageError(f"adapter {adapter.name} is {availability.status} here: {availability.reason}")
     tokenizer = load_tokenizer(args.tokenizer)
-    try:
-        settings = CellSettings(seed=args.seed, burst=args.burst, tokenizer=args.tokenizer, deadline=args.timeout)
-    except ValueError as error:
-        raise UsageError(str(error)) from None
-    cell = run_cell(adapter, case, args.delivery, settings, availability)
+    cell = run_cell(adapter, case, args.delivery, CellSettings.from_args(args), availability)
     if not cell.outcome.finding:
         raise UsageError(f"{case.id} [{args.delivery}] is {cell.outcome} for {adapter.name}: not a finding")
     variants = dl.deliveries(case.model_output, args.delivery, tokenizer, seed=dl.case_seed(args.seed, case.id),

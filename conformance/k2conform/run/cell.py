@@ -18,6 +18,7 @@ from k2conform.adapter.registry import Availability, load
 from k2conform.case.corpus import CompletionCase
 from k2conform.delivery import modes as dl
 from k2conform.delivery.modes import Delivery
+from k2conform.errors import UsageError
 from k2conform.judge.compare import compare_arguments, compare_results
 from k2conform.model import SEVERITY, Cell, CellOutcome, FieldDiff, Request, Result, ResultOutcome
 
@@ -40,6 +41,14 @@ class CellSettings:
             raise ValueError(f"a deadline must be more than 0 seconds, not {self.deadline:g}")
         if self.burst < 1:
             raise ValueError(f"a burst is at least 1 token, not {self.burst}")
+
+    @classmethod
+    def from_args(cls, args: Any) -> CellSettings:
+        """A command's ``--seed``, ``--burst``, ``--tokenizer`` and ``--timeout``; a bad one is a usage error."""
+        try:
+            return cls(seed=args.seed, burst=args.burst, tokenizer=args.tokenizer, deadline=args.timeout)
+        except ValueError as error:
+            raise UsageError(str(error)) from None
 
     def for_adapter(self, adapter: Any) -> CellSettings:
         """The settings with the deadline an adapter asks for when it needs longer (``cell_timeout``:
@@ -114,9 +123,7 @@ def run_cell(adapter: Any, case: CompletionCase, mode: str, settings: CellSettin
                                f"{settings.deadline * RETRY_FACTOR:g} s when run again").timed(time.perf_counter() - started)
         slow = {"deadline": settings.deadline, "first_try_seconds": round(first, 3),
                 "seconds": round(time.perf_counter() - started - first, 3)}
-        cell = Cell(cell.case, cell.adapter, cell.delivery, cell.outcome, cell.diffs,
-                    cell.observed.with_meta(slow=slow) if cell.observed else None, cell.variant,
-                    cell.variants_differing)
+        cell = replace(cell, observed=cell.observed.with_meta(slow=slow) if cell.observed else None)
     return cell.timed(time.perf_counter() - started)
 
 
