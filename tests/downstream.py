@@ -17,7 +17,7 @@ EXAMPLE = ROOT / "examples" / "k2conform-example-adapter" / "k2conform_example_a
 #: The author's parser: the example plugin's tiny parser, copied into their repository.
 #: It buffers streams, knows nothing of <think> and does not strip argument whitespace
 #: rules beyond .strip(): the corpus finds exactly that.
-ADAPTER = '''
+ADAPTER = """
 from typing import Sequence
 from k2conform.adapter import Adapter, call_parser
 from k2conform.model import Delta, Request, Result, StreamEvent, ToolCall, ToolCallDelta
@@ -41,9 +41,14 @@ class ToyAdapter(Adapter):
         return [StreamEvent(content=content, tool_calls=tuple(
             ToolCallDelta(index=i, id=c["id"], name=c["name"], arguments=c["arguments"])
             for i, c in enumerate(calls)))]
-'''
+"""
 
-CASES = ["y_spec_single_call", "y_spec_parallel_calls", "y_split_marker_think_end", "y_marker_in_json_string_call_end"]
+CASES = [
+    "y_spec_single_call",
+    "y_spec_parallel_calls",
+    "y_split_marker_think_end",
+    "y_marker_in_json_string_call_end",
+]
 MODES = ["whole", "stream-token"]
 
 
@@ -53,21 +58,28 @@ def downstream_project(tmp_path: Path, baseline: dict) -> Path:
     (project / "toyparser.py").write_text((EXAMPLE / "tinyparser.py").read_text())
     (project / "toy_adapter.py").write_text(ADAPTER)
     (project / "k2-baseline.json").write_text(json.dumps(baseline))
-    (project / "conftest.py").write_text(textwrap.dedent(f"""
+    (project / "conftest.py").write_text(
+        textwrap.dedent(f"""
         from k2conform.testkit import conformance_tests
         from toy_adapter import ToyAdapter
 
         conformance_tests(globals(), adapter=ToyAdapter(), baseline="k2-baseline.json",
                           cases={CASES!r}, modes={MODES!r})
-    """))
+    """)
+    )
     (project / "test_own.py").write_text("def test_the_authors_own_test():\n    assert True\n")
     return project
 
 
-def run_pytest(project: Path, *args: str, python: str = sys.executable) -> subprocess.CompletedProcess:
+def run_pytest(
+    project: Path, *args: str, python: str = sys.executable
+) -> subprocess.CompletedProcess:
     return subprocess.run(
         [python, "-m", "pytest", "-p", "no:cacheprovider", "-rA", "--rootdir", str(project), *args],
-        cwd=project, capture_output=True, text=True, timeout=600,
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
 
 

@@ -11,6 +11,7 @@ import shlex
 import subprocess
 import sys
 import sysconfig
+import time
 from pathlib import Path
 
 import pytest
@@ -31,12 +32,33 @@ SERVE_REFERENCE = f"cmd:{PY} -m k2conform.cli serve-adapter reference"
 TRIGGER_CASE = "y_spec_parallel_calls"
 
 
-def k2run(tmp_path: Path, *args: str, env: dict | None = None) -> tuple[subprocess.CompletedProcess, dict]:
+def k2run(
+    tmp_path: Path, *args: str, env: dict | None = None
+) -> tuple[subprocess.CompletedProcess, dict]:
     out = tmp_path / "results.json"
     completed = subprocess.run(
-        [sys.executable, "-m", "k2conform.cli", "run", "--case", "y_spec_*", "--delivery", "whole",
-         "--delivery", "stream-token", "--jobs", "1", "--json", str(out), *args],
-        capture_output=True, text=True, env=env, timeout=300, cwd=ROOT,
+        [
+            sys.executable,
+            "-m",
+            "k2conform.cli",
+            "run",
+            "--case",
+            "y_spec_*",
+            "--delivery",
+            "whole",
+            "--delivery",
+            "stream-token",
+            "--jobs",
+            "1",
+            "--json",
+            str(out),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        cwd=ROOT,
     )
     assert out.exists(), completed.stderr
     return completed, json.loads(out.read_text())
@@ -74,12 +96,17 @@ def test_hanging_process_is_a_timeout_cell_and_the_run_goes_on(tmp_path):
     hung = [c for c in results["cells"] if c["case"] == TRIGGER_CASE]
     assert {c["outcome"] for c in hung} == {"timeout"}
     # filed only after a second try with ten times the deadline
-    assert all("no result within 1 s, nor within 10 s when run again" in c["observed"]["error"] for c in hung)
+    assert all(
+        "no result within 1 s, nor within 10 s when run again" in c["observed"]["error"]
+        for c in hung
+    )
     assert all(c["adapter"] == spec for c in results["cells"])
     others = [c for c in results["cells"] if c["case"] != TRIGGER_CASE]
     assert len(others) == 10 and all(c["outcome"] == "agree" for c in others)
     # the hung toy died with its worker: no process is left behind
-    leftover = subprocess.run(["pgrep", "-f", str(TOYS / "hanging_adapter.py")], capture_output=True, text=True)
+    leftover = subprocess.run(
+        ["pgrep", "-f", str(TOYS / "hanging_adapter.py")], capture_output=True, text=True
+    )
     assert leftover.stdout.strip() == ""
 
 
@@ -130,10 +157,25 @@ def test_serve_adapter_reference_round_trips_identical_results(served_and_local,
 
 def test_parse_command_accepts_a_cmd_adapter():
     completed = subprocess.run(
-        [sys.executable, "-m", "k2conform.cli", "parse", "--adapter", SERVE_REFERENCE, "--delivery", "stream-char"],
-        input=json.dumps({"model_output": "hi<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0"
-                                          "<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_calls_section_end|>"}),
-        capture_output=True, text=True, timeout=60,
+        [
+            sys.executable,
+            "-m",
+            "k2conform.cli",
+            "parse",
+            "--adapter",
+            SERVE_REFERENCE,
+            "--delivery",
+            "stream-char",
+        ],
+        input=json.dumps(
+            {
+                "model_output": "hi<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0"
+                "<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_calls_section_end|>"
+            }
+        ),
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert completed.returncode == 0, completed.stderr
     result = json.loads(completed.stdout)
@@ -145,7 +187,9 @@ def test_serve_adapter_in_a_second_virtual_environment(tmp_path):
     environment's packages through a .pth file, the way a release-gate venv holds its own
     parser release; serve-adapter runs under that venv's own interpreter."""
     venv = tmp_path / "venv-b"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60)
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60
+    )
     site = next((venv / "lib").glob("python3*/site-packages"))
     purelib = sysconfig.get_paths()["purelib"]
     (site / "zz_k2conform_closure.pth").write_text(f"import site; site.addsitedir({purelib!r})\n")
@@ -154,10 +198,13 @@ def test_serve_adapter_in_a_second_virtual_environment(tmp_path):
     completed, results = k2run(tmp_path, "--adapter", spec)
     assert completed.returncode == 0, completed.stdout + completed.stderr
     assert {c["outcome"] for c in results["cells"]} == {"agree"}
-    prefix = subprocess.run([str(python_b), "-c", "import sys; print(sys.prefix)"],
-                            capture_output=True, text=True, check=True).stdout.strip()
+    prefix = subprocess.run(
+        [str(python_b), "-c", "import sys; print(sys.prefix)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     assert Path(prefix) == venv
-
 
 
 def test_a_lone_surrogate_in_a_result_survives_the_protocol(monkeypatch, capsys):
@@ -188,8 +235,90 @@ def test_a_lone_surrogate_in_a_result_survives_the_protocol(monkeypatch, capsys)
     wrapper = io.TextIOWrapper(out, encoding="utf-8", write_through=True)
     monkeypatch.setattr(serve_adapter, "create_adapter", lambda name: Surrogate())
     monkeypatch.setattr(serve_adapter, "_protocol_stream", lambda: wrapper)
-    request = {"mode": "whole", "request": {"tools": []}, "deltas": [{"text": "x", "token_ids": []}]}
+    request = {
+        "mode": "whole",
+        "request": {"tools": []},
+        "deltas": [{"text": "x", "token_ids": []}],
+    }
     monkeypatch.setattr("sys.stdin", io.StringIO(_json.dumps(request) + "\n"))
     assert serve_adapter.cmd_serve_adapter(type("Args", (), {"name": "surrogate"})()) == 0
     hello_line, answer_line = out.getvalue().decode("ascii").splitlines()
     assert _json.loads(answer_line)["content"] == "a\ud800b"
+
+
+# -- the startup handshake -------------------------------------------------------------------
+
+
+def _script(tmp_path: Path, name: str, body: str) -> str:
+    """A tiny adapter command written for the test; it logs each start to starts.log."""
+    path = tmp_path / name
+    log = tmp_path / "starts.log"
+    path.write_text(f"import sys\nopen({str(log)!r}, 'a').write('start\\n')\n{body}\n")
+    return f"{PY} {shlex.quote(str(path))}"
+
+
+def test_the_handshake_deadline_scales_with_the_cell_deadline():
+    from k2conform.adapter.command import HANDSHAKE_FLOOR, handshake_timeout
+
+    assert handshake_timeout(0.5) == handshake_timeout(1) == HANDSHAKE_FLOOR == 10
+    assert handshake_timeout(3) == 12 and handshake_timeout(20) == 80
+
+
+@pytest.mark.parametrize(
+    "body,reason",
+    [
+        (
+            "sys.stderr.write('boom\\nbang\\n'); sys.exit(3)",
+            " exited before its hello (exit status 3); stderr ends: boom | bang",
+        ),
+        (
+            "print('Traceback? no, garbage', flush=True); import time; time.sleep(60)",
+            ': the first line must be a hello with "protocol": "k2conform-adapter/1", '
+            "got 'Traceback? no, garbage'",
+        ),
+        (
+            'print(\'{"protocol": "k2conform-adapter/1"}\', flush=True)',
+            ": the hello must carry the adapter's 'name'",
+        ),
+    ],
+    ids=["exits", "garbage", "no-name"],
+)
+def test_a_command_that_exits_or_babbles_before_its_hello_says_so_at_once(tmp_path, body, reason):
+    command = _script(tmp_path, "toy.py", body)
+    adapter = create_adapter(f"cmd:{command}", 20.0)
+    started = time.monotonic()
+    availability = load(adapter)
+    assert availability.status == "adapter-error"
+    assert availability.reason == f"`{shlex.join(shlex.split(command))}`{reason}"
+    assert "\n" not in availability.reason and time.monotonic() - started < 5  # no handshake wait
+    # a failed start is final: asking again (the parent's report row does) starts nothing
+    assert adapter.version() is None and load(adapter).reason == availability.reason
+    assert (tmp_path / "starts.log").read_text().count("start") == 1
+
+
+def test_a_command_that_never_says_hello_is_an_adapter_error_within_its_deadline(tmp_path):
+    """The handshake waits max(10 s, 4 x --timeout): 12 s here, in the worker and once more in the
+    parent (for the report's version column), not 300 s; the other adapter's cells are done."""
+    spec = f"cmd:{_script(tmp_path, 'silent.py', 'import time; time.sleep(600)')}"
+    started = time.monotonic()
+    completed, results = k2run(
+        tmp_path, "--adapter", "reference", "--adapter", spec, "--timeout", "3"
+    )
+    elapsed = time.monotonic() - started
+    assert completed.returncode == 1, completed.stderr  # adapter-error fails a run: nothing checked
+    assert 12 <= elapsed < 2 * 12 + 20
+    rows = {row["name"]: row for row in results["adapters"]}
+    assert rows[spec]["status"] == "adapter-error"
+    command = shlex.join(shlex.split(spec[len("cmd:") :]))
+    assert rows[spec]["reason"].startswith(f"no hello from `{command}` within 12 s (")
+    assert "ADAPTER ERROR" in completed.stdout
+    assert "not installed" not in completed.stdout  # there is no release to name
+    outcomes = {"reference": [], spec: []}
+    for cell in results["cells"]:
+        outcomes[cell["adapter"]].append(cell["outcome"])
+    assert len(outcomes["reference"]) == len(outcomes[spec]) == 2 * len(results["cases"]) > 0
+    assert set(outcomes["reference"]) == {"agree"} and set(outcomes[spec]) == {"adapter-error"}
+    leftover = subprocess.run(
+        ["pgrep", "-f", str(tmp_path / "silent.py")], check=False, capture_output=True, text=True
+    )
+    assert leftover.stdout.strip() == ""

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from k2conform.judge.compare import compare_arguments, compare_results, strict_json
-from k2conform.model import Result, ToolCall
+import pytest
+
+from k2conform.judge.compare import compare_arguments, compare_results, json_equal, strict_json
+from k2conform.model import FieldDiff, Result, ToolCall
 
 
 def test_arguments_compare_semantically_when_both_parse():
@@ -23,19 +25,103 @@ def test_arguments_fall_back_to_bytes_when_either_side_is_not_strict_json():
 
 
 def test_result_diffs_name_the_field_and_the_call():
-    expected = Result(content="Hi", tool_calls=(ToolCall("f", "{}", "functions.f:0"), ToolCall("g", "{}", "functions.g:1")))
+    expected = Result(
+        content="Hi",
+        tool_calls=(ToolCall("f", "{}", "functions.f:0"), ToolCall("g", "{}", "functions.g:1")),
+    )
     observed = Result(content="Hi ", tool_calls=(ToolCall("f", '{"x": 1}', "call_1"),))
     diffs = {(d.field, d.call, d.how) for d in compare_results(expected, observed)}
-    assert diffs == {("content", None, "whitespace"), ("count", None, "count"), ("arguments", 0, "json"), ("id", 0, "bytes")}
+    assert diffs == {
+        ("content", None, "whitespace"),
+        ("count", None, "count"),
+        ("arguments", 0, "json"),
+        ("id", 0, "bytes"),
+    }
 
 
 def test_null_and_empty_content_are_the_same_and_unknown_ids_are_not_compared():
     assert compare_results(Result(content=None), Result(content="")) == []
-    assert compare_results(Result(tool_calls=(ToolCall("f", "{}"),)), Result(tool_calls=(ToolCall("f", "{}", "x"),))) == []
+    unknown_id = Result(tool_calls=(ToolCall("f", "{}"),))
+    assert compare_results(unknown_id, Result(tool_calls=(ToolCall("f", "{}", "x"),))) == []
 
 
 def test_deeply_nested_arguments_compare_without_recursion_limits():
-    deep = "[" * 800 + "]" * 800  # parses (the json module recurses), too deep for a recursive compare
+    deep = "[" * 800 + "]" * 800  # parses (json recurses), too deep for a recursive compare
     assert compare_arguments(deep, deep) is None
     assert compare_arguments(deep, "[" * 799 + "1" + "]" * 799) == "json"
     assert compare_arguments("[" * 100000, "[" * 100000) is None  # too deep to parse: bytes
+
+
+# -- what a wrong comparison would let through (each kills mutants of judge/compare.py) --------
+
+
+@pytest.mark.parametrize(
+    ("expected", "observed"),
+    [
+        ('{"a": true}', '{"a": 1}'),
+        ('{"a": 1}', '{"a": true}'),
+        ("[false]", "[0]"),
+        ("true", "false"),
+        ('{"a": 1.5}', '{"a": 2.5}'),
+        ('"ab"', '["a", "b"]'),
+        ('{"a": 1}', '["a"]'),
+        ('["a"]', '{"a": 1}'),
+        ('"1"', "1"),
+        ("[1, 2]", "[1]"),
+        ("[1]", "[1, 2]"),
+        ('{"a": 1}', '{"b": 1}'),
+        ('"a"', '"b"'),
+        ("null", "0"),
+        ("[[1, 2]]", "[[1, 3]]"),
+    ],
+)
+def test_json_values_that_differ_are_not_equal_whichever_side_they_are_on(expected, observed):
+    """Booleans against numbers, lengths, keys, a dict or a string against an array: no crash,
+    no truncating zip, no side taken for granted."""
+    assert compare_arguments(expected, observed) == "json"
+    assert json_equal(strict_json(expected)[1], strict_json(observed)[1]) is False
+
+
+@pytest.mark.parametrize(
+    "text", ['{"a": 1.5}', '"x"', "[true, null]", '{"a": {"b": [1, "2"]}}', "false"]
+)
+def test_equal_json_values_are_equal(text):
+    assert json_equal(strict_json(text)[1], strict_json(text)[1]) is True
+    assert compare_arguments(text, " " + text) is None
+
+
+def test_valid_json_against_broken_json_compares_bytes_on_either_side():
+    assert compare_arguments('{"a": 1}', '{"a": 1') == "bytes"
+    assert compare_arguments('{"a": 1', '{"a": 1}') == "bytes"
+
+
+def test_calls_whose_names_differ_do_not_agree():
+    expected = Result(tool_calls=(ToolCall("get_weather", "{}", "functions.get_weather:0"),))
+    observed = Result(tool_calls=(ToolCall("get.weather", "{}", "functions.get_weather:0"),))
+    assert compare_results(expected, observed) == [
+        FieldDiff("name", "get_weather", "get.weather", "bytes", 0)
+    ]
+
+
+def test_ids_are_compared_only_when_asked_and_known_and_different():
+    expected = Result(
+        tool_calls=(ToolCall("f", "{}", "functions.f:0"), ToolCall("f", "{}", "functions.f:1"))
+    )
+    observed = Result(
+        tool_calls=(ToolCall("f", "{}", "functions.f:0"), ToolCall("f", "{}", "call_1"))
+    )
+    assert compare_results(expected, observed) == [
+        FieldDiff("id", "functions.f:1", "call_1", "bytes", 1)
+    ]
+    assert compare_results(expected, observed, check_ids=False) == []
+    assert compare_results(expected, expected) == []
+
+
+def test_text_differences_say_whether_only_whitespace_differs():
+    diffs = compare_results(
+        Result(content="Hi there", reasoning="plan"), Result(content="Bye", reasoning="plan ")
+    )
+    assert diffs == [
+        FieldDiff("content", "Hi there", "Bye", "text"),
+        FieldDiff("reasoning", "plan", "plan ", "whitespace"),
+    ]

@@ -6,10 +6,8 @@ import json
 import subprocess
 
 import pytest
-
-from k2conform.case.corpus import CorpusError, iter_problems, load_case, load_corpus
-
 from entry_points import K2CONFORM
+from k2conform.case.corpus import CorpusError, iter_problems, load_case, load_corpus
 
 GOOD = {
     "id": "y_example",
@@ -52,9 +50,15 @@ def mutated(**changes):
         (mutated(tags="X.y"), "tags"),
         (mutated(model_output=3), "model_output"),
         (mutated(request__thinking="yes"), "request.thinking"),
-        (mutated(request__tools=[{"type": "function", "function": {}}]), "request.tools[0].function.name"),
+        (
+            mutated(request__tools=[{"type": "function", "function": {}}]),
+            "request.tools[0].function.name",
+        ),
         (mutated(request__tool_choice="sometimes"), "request.tool_choice"),
-        (mutated(expected__tool_calls=[{"id": None, "name": "f"}]), "expected.tool_calls[0].arguments"),
+        (
+            mutated(expected__tool_calls=[{"id": None, "name": "f"}]),
+            "expected.tool_calls[0].arguments",
+        ),
         (mutated(expected__content=1), "expected.content"),
         (mutated(expected=KeyError), "expected"),
         (mutated(model_outptu="typo"), "model_outptu"),
@@ -64,7 +68,11 @@ def mutated(**changes):
     ],
 )
 def test_bad_field_is_named_with_the_file(tmp_path, data, field):
-    path = write(tmp_path, data, name=data["id"] if str(data.get("id", "")).startswith(("y_", "n_", "i_")) else "x_bad")
+    path = write(
+        tmp_path,
+        data,
+        name=data["id"] if str(data.get("id", "")).startswith(("y_", "n_", "i_")) else "x_bad",
+    )
     with pytest.raises(CorpusError) as error:
         load_case(path)
     assert error.value.field == field
@@ -121,4 +129,117 @@ def test_every_case_source_is_something_a_reader_can_find(corpus):
     import re
 
     for case in [*corpus.completions, *corpus.prompts, *corpus.probes]:
-        assert "shared/" not in case.source and not re.search(r"\bissue \d+\b(?!:)", case.source), (case.id, case.source)
+        assert "shared/" not in case.source and not re.search(r"\bissue \d+\b(?!:)", case.source), (
+            case.id,
+            case.source,
+        )
+
+
+# -- the verdict rule (k2conform.case.verdict) ----------------------------------------------
+
+
+def test_every_shipped_id_carries_the_prefix_the_verdict_rule_gives(corpus):
+    """Golden, generated, policy, server, finding and probe cases alike: one rule, no exceptions."""
+    from pathlib import Path
+
+    from k2conform.case.verdict import case_verdict
+
+    cases = [*corpus.completions, *corpus.prompts, *corpus.probes]
+    folders = {Path(c.path).parent.name for c in cases}
+    every_kind = {"completions", "prompts", "policies", "server", "findings", "probes", "id"}
+    assert folders >= every_kind
+    wrong = {}
+    for case in cases:
+        decided = case_verdict(case)
+        if decided.prefix != case.id[0]:
+            wrong[case.id] = (decided.prefix, decided.reasons)
+    assert wrong == {}
+    assert {c.id[0] for c in corpus.completions} == {"y", "n", "i"}
+
+
+WEATHER = {
+    "type": "function",
+    "function": {"name": "get_weather", "parameters": {"type": "object"}},
+}
+
+
+def _call(call_id: str = "functions.get_weather:0", arguments: str = '{"city": "Oslo"}') -> str:
+    return f"<|tool_call_begin|>{call_id}<|tool_call_argument_begin|>{arguments}<|tool_call_end|>"
+
+
+def _section(*calls: str) -> str:
+    return "<|tool_calls_section_begin|>" + "".join(calls) + "<|tool_calls_section_end|>"
+
+
+@pytest.mark.parametrize(
+    ("output", "request_fields", "prefix", "reason"),
+    [
+        (_section(_call()), {}, "y", None),
+        ("It's sunny.<|im_end|>ignored", {}, "y", None),
+        (_section(_call(arguments='{"data": ' + "[" * 1000 + "]" * 1000 + "}")), {}, "y", None),
+        (_section(_call("functions.get_weather:15")), {}, "n", "index 15 at position 0"),
+        (_section(_call(arguments='{"city": NaN}')), {}, "n", "not a JSON object"),
+        (_section(_call(arguments="[1]")), {}, "n", "not a JSON object"),
+        (_section(_call()), {"tool_choice": "none"}, "n", "tool_choice is none"),
+        (_section(_call(arguments='{"city": "Pa')) + " Done.", {}, "n", "ARGS.unterminated-string"),
+        (_section(_call()) + " Done.", {}, "i", "STRUCT.text-after-section"),
+        (_section(_call("functions.my.get_weather:0")), {}, "i", "naming a declared tool"),
+        (_section(_call()), {"tools": []}, "i", "naming a declared tool"),
+        (_section(_call(arguments='{"a": 1, "a": 2}')), {}, "i", "duplicate keys"),
+        (_section(_call(arguments='{"a": "\\ud83d"}')), {}, "i", "lone surrogate"),
+        (
+            _section(_call(arguments='{"a": ' + "[" * 3000 + "]" * 3000 + "}")),
+            {},
+            "i",
+            "nested too deep",
+        ),
+        (
+            _section(_call(arguments='{"a": "x'), _call("functions.get_weather:1")),
+            {},
+            "i",
+            "marker text in arguments",
+        ),
+        ("Hi <|im_user|> there", {}, "i", "markup in the content"),
+        ("\n" + _section(_call()), {}, "i", "whitespace-only content"),
+        ("<think>hmm</think>42", {}, "i", "</think> with thinking off"),
+        (
+            "Nothing.<|tool_calls_section_begin|>\n<|tool_calls_section_end|>",
+            {},
+            "i",
+            "a section without calls",
+        ),
+        ('functions.get_weather:0{"city": "Oslo"}', {}, "i", "no markers"),
+        (_section(_call()), {"server_options": {"max_tokens": 5}}, "i", "max_tokens"),
+    ],
+)
+def test_the_verdict_rule_decides_each_fact_it_names(output, request_fields, prefix, reason):
+    from k2conform.case.verdict import verdict
+    from k2conform.model import Request
+
+    fields = {"tools": (WEATHER,), **request_fields}
+    fields["tools"] = tuple(fields["tools"])
+    decided = verdict(Request(**fields), output)
+    assert decided.prefix == prefix, decided.reasons
+    if reason is None:
+        assert decided.reasons == ()
+    else:
+        assert any(reason in r for r in decided.reasons), decided.reasons
+
+
+def test_minimize_and_the_fuzzers_name_a_finding_by_the_same_rule():
+    """A finding the old policy-only rule would have called ``y_`` (a dotted name, no tools)."""
+    from k2conform.fuzzing.engine import Observation, finding_case
+    from k2conform.model import Request
+    from k2conform.reference.parser import parse
+
+    request, text = Request(), _section(_call("functions.my.ns.f:0", "{}"))
+    observation = Observation(
+        "whole",
+        parse(text, request),
+        "sig",
+        {"vllm": ("wrong-name",)},
+        {"vllm": parse(text, request)},
+        None,
+    )
+    assert finding_case(request, text, observation, "differential").id.startswith("i_fuzz_")
+    assert finding_case(request, text, observation, "roundtrip").id.startswith("y_fuzz_")

@@ -21,7 +21,7 @@ from k2conform.report.pages import markdown
 
 #: Installed in every process of the run (parent and workers) through sitecustomize: once
 #: vLLM's abstract_parser module is imported, ``parse_delta`` is gone, as if renamed.
-RENAMED_METHOD = textwrap.dedent('''
+RENAMED_METHOD = textwrap.dedent("""
     import importlib.abc, importlib.util, sys
 
     class _RemoveParseDelta(importlib.abc.MetaPathFinder):
@@ -42,7 +42,7 @@ RENAMED_METHOD = textwrap.dedent('''
             return spec
 
     sys.meta_path.insert(0, _RemoveParseDelta())
-''')
+""")
 
 
 def test_a_missing_vllm_method_is_one_adapter_error_naming_it_and_no_disagreement(tmp_path):
@@ -50,9 +50,25 @@ def test_a_missing_vllm_method_is_one_adapter_error_naming_it_and_no_disagreemen
     (tmp_path / "sitecustomize.py").write_text(RENAMED_METHOD)
     out = tmp_path / "results.json"
     completed = subprocess.run(
-        [sys.executable, "-m", "k2conform.cli", "run", "--adapter", "vllm", "--adapter", "reference",
-         "--case", "y_spec_*", "--json", str(out), "--markdown", str(tmp_path / "summary.md")],
-        capture_output=True, text=True, env={**__import__("os").environ, "PYTHONPATH": str(tmp_path)},
+        [
+            sys.executable,
+            "-m",
+            "k2conform.cli",
+            "run",
+            "--adapter",
+            "vllm",
+            "--adapter",
+            "reference",
+            "--case",
+            "y_spec_*",
+            "--json",
+            str(out),
+            "--markdown",
+            str(tmp_path / "summary.md"),
+        ],
+        capture_output=True,
+        text=True,
+        env={**__import__("os").environ, "PYTHONPATH": str(tmp_path)},
     )
     results = json.loads(out.read_text())
     vllm_cells = [c for c in results["cells"] if c["adapter"] == "vllm"]
@@ -61,9 +77,15 @@ def test_a_missing_vllm_method_is_one_adapter_error_naming_it_and_no_disagreemen
     (message,) = results["adapter_errors"]["vllm"]
     assert "DelegatingParser.parse_delta" in message
     summary = markdown(results)
-    assert summary.count("ADAPTER ERROR") == 1 and "written for 0.33.0" in summary
-    assert completed.returncode == 1, "the gate cannot vouch for a parser its adapter could not drive"
-    assert all(c["outcome"] == "agree" for c in results["cells"] if c["adapter"] == "reference")
+    assert summary.count("ADAPTER ERROR") == 1
+    assert (
+        "written for 0.25.0, " in summary and "0.33.0, the installed release is 0.33.0" in summary
+    )
+    assert completed.returncode == 1, (
+        "the gate cannot vouch for a parser its adapter could not drive"
+    )
+    reference = [c["outcome"] for c in results["cells"] if c["adapter"] == "reference"]
+    assert reference and set(reference) == {"agree"}, reference
 
 
 def test_adapter_error_cells_are_neither_findings_nor_stale_evidence():
@@ -71,8 +93,16 @@ def test_adapter_error_cells_are_neither_findings_nor_stale_evidence():
 
     from k2conform.model import Cell, CellOutcome, FieldDiff
 
-    cells = [Cell.failed("y_a", "vllm", "whole", "adapter-error", "X.y: missing"),
-             Cell("y_a", "sglang", "whole", CellOutcome.DIFFERS, diffs=(FieldDiff("content", None, "x", "text"),))]
+    cells = [
+        Cell.failed("y_a", "vllm", "whole", "adapter-error", "X.y: missing"),
+        Cell(
+            "y_a",
+            "sglang",
+            "whole",
+            CellOutcome.DIFFERS,
+            diffs=(FieldDiff("content", None, "x", "text"),),
+        ),
+    ]
     entry = BaselineEntry("vllm", "differs", ("content",), ("whole",), ("y_a",), "known")
     verdict = judge(cells, [entry])
     assert verdict.adapter_errors == {"vllm": {"X.y: missing": 1}}
@@ -89,7 +119,9 @@ def test_an_exception_in_k2conform_itself_is_a_harness_error(monkeypatch):
     monkeypatch.setattr(runner, "run_cell", broken_run_cell)  # the worker's reference to it
     config = runner.RunConfig(default_corpus_dir(), ("reference",))
     parent, child = Pipe()
-    worker = threading.Thread(target=runner._worker, args=(child, config), kwargs={"silence": False})
+    worker = threading.Thread(
+        target=runner._worker, args=(child, config), kwargs={"silence": False}
+    )
     worker.start()
     assert parent.recv()[0] == "ready"
     parent.send(("y_spec_single_call", "reference", "whole"))
@@ -115,8 +147,20 @@ class _Replay:
 def test_run_exits_2_with_a_traceback_on_a_harness_error(tmp_path):
     """A worker that cannot start (here: an unreadable tokenizer directory) stops the run."""
     completed = subprocess.run(
-        [sys.executable, "-m", "k2conform.cli", "run", "--adapter", "reference", "--case", "y_spec_single_call",
-         "--tokenizer", str(tmp_path / "missing")], capture_output=True, text=True,
+        [
+            sys.executable,
+            "-m",
+            "k2conform.cli",
+            "run",
+            "--adapter",
+            "reference",
+            "--case",
+            "y_spec_single_call",
+            "--tokenizer",
+            str(tmp_path / "missing"),
+        ],
+        capture_output=True,
+        text=True,
     )
     assert completed.returncode == 2
     assert "harness error" in completed.stderr and "Traceback" in completed.stderr
@@ -125,6 +169,8 @@ def test_run_exits_2_with_a_traceback_on_a_harness_error(tmp_path):
 def test_a_missing_glue_module_is_a_glue_error_naming_the_layout():
     from k2conform.adapter.contract import AdapterGlueError, glue_imports
 
-    with pytest.raises(AdapterGlueError, match="vllm module layout: No module named 'vllm_renamed_module'"):
+    with pytest.raises(
+        AdapterGlueError, match="vllm module layout: No module named 'vllm_renamed_module'"
+    ):
         with glue_imports("vllm"):
             import vllm_renamed_module  # noqa: F401

@@ -5,6 +5,7 @@ every injected fault.  The API key never reaches any output."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -56,7 +57,11 @@ def test_clean_server_passes_every_check(pytester, probes, tmp_path):
     ("fault", "check", "needle"),
     [
         ("markers-in-content", "content-markers", "content carries marker bytes"),
-        ("finish-stop-with-calls", "finish-reason", "finish_reason is 'stop' but 1 tool call(s) were returned"),
+        (
+            "finish-stop-with-calls",
+            "finish-reason",
+            "finish_reason is 'stop' but 1 tool call(s) were returned",
+        ),
         ("arguments-not-json", "arguments-json", "arguments are not JSON"),
         ("renamed-id", "id-format", "has id 'call_0', not functions.get_weather:IDX"),
     ],
@@ -68,7 +73,8 @@ def test_each_injected_fault_fails_naming_the_check(pytester, probes, fault, che
     assert result.ret == 1
     assert f"[k2 check {check}] y_probe_single_call:" in out, out[-3000:]
     assert needle in out
-    assert f"failed checks: {check} x" in out or f"{check} x" in out
+    summary_line = rf"^failed checks: (.*, )?{re.escape(check)} x[1-9]"
+    assert re.search(summary_line, out, re.MULTILINE), out[-3000:]
 
 
 def test_stream_faults_are_caught_by_the_sse_checks(pytester, probes):
@@ -82,10 +88,15 @@ def test_stream_faults_are_caught_by_the_sse_checks(pytester, probes):
 def test_summary_thresholds_gate_a_drop(pytester, probes):
     with Server(FakeEngine(probes, faults=["arguments-not-json"])) as url:
         strict = run_plugin(pytester, url, "-k", "whole or summary")
-        lenient = run_plugin(pytester, url, "-k", "whole or summary", "--k2-min-schema-accuracy", "0")
+        lenient = run_plugin(
+            pytester, url, "-k", "whole or summary", "--k2-min-schema-accuracy", "0"
+        )
         alone = run_plugin(pytester, url, "-k", "summary")
     assert "[k2 check summary] schema accuracy 0.000 < 1.0" in strict.stdout.str()
-    assert "schema accuracy: 0/" in lenient.stdout.str() and "[k2 check summary]" not in lenient.stdout.str()
+    assert (
+        "schema accuracy: 0/" in lenient.stdout.str()
+        and "[k2 check summary]" not in lenient.stdout.str()
+    )
     # no threshold passes on zero observations
     assert alone.ret == 1 and "schema accuracy has no observations" in alone.stdout.str()
 
@@ -98,20 +109,39 @@ def test_server_without_tokenize_skips_prompt_conformance_with_a_reason(pytester
     assert "the server cannot render a chat: no /tokenize" in out
 
 
-def test_api_key_from_the_environment_is_used_and_never_written(pytester, probes, monkeypatch, tmp_path):
+def test_api_key_from_the_environment_is_used_and_never_written(
+    pytester, probes, monkeypatch, tmp_path
+):
     monkeypatch.setenv("K2_TEST_ENGINE_KEY", SECRET)
     summary_path = tmp_path / "summary.json"
     junit = tmp_path / "junit.xml"
     with Server(FakeEngine(probes, api_key=SECRET)) as url:
-        good = run_plugin(pytester, url, "-l", "-v", "--junitxml", str(junit), "--k2-summary-json", str(summary_path),
-                          key_var="K2_TEST_ENGINE_KEY")
+        good = run_plugin(
+            pytester,
+            url,
+            "-l",
+            "-v",
+            "--junitxml",
+            str(junit),
+            "--k2-summary-json",
+            str(summary_path),
+            key_var="K2_TEST_ENGINE_KEY",
+        )
         monkeypatch.setenv("K2_TEST_ENGINE_KEY", SECRET + "-wrong")
-        bad = run_plugin(pytester, url, "-l", "--tb=long", "-k", "whole", key_var="K2_TEST_ENGINE_KEY")
+        bad = run_plugin(
+            pytester, url, "-l", "--tb=long", "-k", "whole", key_var="K2_TEST_ENGINE_KEY"
+        )
     assert good.ret == 0, good.stdout.str()[-3000:]
     assert "api key: from $K2_TEST_ENGINE_KEY" in good.stdout.str()
     assert bad.ret == 1 and "401" in bad.stdout.str()
-    for text in (good.stdout.str(), good.stderr.str(), bad.stdout.str(), bad.stderr.str(),
-                 junit.read_text(), summary_path.read_text()):
+    for text in (
+        good.stdout.str(),
+        good.stderr.str(),
+        bad.stdout.str(),
+        bad.stderr.str(),
+        junit.read_text(),
+        summary_path.read_text(),
+    ):
         assert SECRET not in text
     for path in pytester.path.rglob("*"):
         if path.is_file():
@@ -120,33 +150,54 @@ def test_api_key_from_the_environment_is_used_and_never_written(pytester, probes
 
 def test_missing_key_variable_is_a_usage_error(pytester, monkeypatch):
     monkeypatch.delenv("K2_TEST_NO_SUCH_KEY", raising=False)
-    result = pytester.runpytest_subprocess("--k2-engine-url", "http://127.0.0.1:9/v1", "--k2-model", MODEL,
-                                           "--k2-api-key-env", "K2_TEST_NO_SUCH_KEY")
+    result = pytester.runpytest_subprocess(
+        "--k2-engine-url",
+        "http://127.0.0.1:9/v1",
+        "--k2-model",
+        MODEL,
+        "--k2-api-key-env",
+        "K2_TEST_NO_SUCH_KEY",
+    )
     assert result.ret == 4
     assert "K2_TEST_NO_SUCH_KEY is not set" in result.stderr.str()
 
 
-def test_a_conforming_server_without_the_default_system_newline_passes_the_prompt_check(pytester, probes):
+def test_a_conforming_server_without_the_default_system_newline_passes_the_prompt_check(
+    pytester, probes
+):
     with Server(FakeEngine(probes, faults=["no-default-system-newline"])) as url:
         result = run_plugin(pytester, url, "-k", "prompt", "-s")
     out = result.stdout.str()
     assert result.ret == 0, out[-3000:]
-    assert "y_prompt_default_system_injected: after the injected default system prompt the server wrote ''" in out
+    assert (
+        "y_prompt_default_system_injected: after the injected default system prompt the server "
+        "wrote ''" in out
+    )
 
 
 def test_the_prompt_check_accepts_only_the_documented_artifacts():
     from k2conform.engine.checks import DEFAULT_SYSTEM_TURN, prompt_matches
 
-    golden = "<|im_system|>tool_declare<|im_middle|>[]<|im_end|>" + DEFAULT_SYSTEM_TURN + "\n<|im_user|>user<|im_middle|>hi"
+    golden = (
+        "<|im_system|>tool_declare<|im_middle|>[]<|im_end|>"
+        + DEFAULT_SYSTEM_TURN
+        + "\n<|im_user|>user<|im_middle|>hi"
+    )
     for artifact in ("", "\n", "\n  "):
-        assert prompt_matches(golden, golden.replace("\n<|im_user|>", artifact + "<|im_user|>")) == (True, artifact)
+        assert prompt_matches(
+            golden, golden.replace("\n<|im_user|>", artifact + "<|im_user|>")
+        ) == (True, artifact)
     assert prompt_matches(golden, golden.replace("\n<|im_user|>", "\n\n<|im_user|>"))[0] is False
     assert prompt_matches(golden, golden.replace("hi", "hi ")) == (False, None)
-    assert prompt_matches("<|im_user|>user<|im_middle|>x", "<|im_user|>user<|im_middle|>x") == (True, None)
+    assert prompt_matches("<|im_user|>user<|im_middle|>x", "<|im_user|>user<|im_middle|>x") == (
+        True,
+        None,
+    )
 
 
 def test_a_model_choice_is_a_statistic_not_a_failure(pytester, probes, tmp_path):
-    """One call where the probe hoped for two: the calls that came back are checked, the choice is counted."""
+    """One call where the probe hoped for two: the calls that came back are checked, the choice is
+    counted."""
     summary_path = tmp_path / "summary.json"
     with Server(FakeEngine(probes, faults=["one-call-of-two"])) as url:
         result = run_plugin(pytester, url, "--k2-summary-json", str(summary_path))
@@ -155,13 +206,20 @@ def test_a_model_choice_is_a_statistic_not_a_failure(pytester, probes, tmp_path)
     summary = json.loads(summary_path.read_text())
     assert summary["trigger_agreement"] < 1.0 and summary["trigger_f1"] == 1.0
     with Server(FakeEngine(probes, faults=["one-call-of-two"])) as url:
-        strict = run_plugin(pytester, url, "-k", "whole or summary", "--k2-min-trigger-agreement", "1.0")
+        strict = run_plugin(
+            pytester, url, "-k", "whole or summary", "--k2-min-trigger-agreement", "1.0"
+        )
     assert strict.ret == 1 and "[k2 check summary] trigger agreement" in strict.stdout.str()
 
 
 def test_a_dead_url_ends_the_session_at_once_in_one_line(pytester):
-    result = pytester.runpytest_subprocess("--k2-engine-url", "http://127.0.0.1:9/v1", "--k2-model", MODEL)
+    result = pytester.runpytest_subprocess(
+        "--k2-engine-url", "http://127.0.0.1:9/v1", "--k2-model", MODEL
+    )
     assert result.ret == 4
     err = result.stderr.str()
-    assert "k2conform: cannot reach the engine at http://127.0.0.1:9/v1" in err and "Connection refused" in err
+    assert (
+        "k2conform: cannot reach the engine at http://127.0.0.1:9/v1" in err
+        and "Connection refused" in err
+    )
     assert "Traceback" not in err and len(result.stdout.lines) < 20

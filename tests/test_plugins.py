@@ -44,19 +44,39 @@ def plugin_venv(tmp_path_factory):
     if reason:
         pytest.skip(reason)
     venv = tmp_path_factory.mktemp("plugin") / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)],
+        check=True,
+        capture_output=True,
+    )
     python = venv / "bin" / "python"
     # --system-site-packages shows the base interpreter's packages; when the tests run in
     # a virtual environment, its site directory (k2conform, pip, setuptools) is added too.
-    site_dir = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                                   check=True, capture_output=True, text=True).stdout.strip())
+    site_dir = Path(
+        subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    )
     parents = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
     (site_dir / "k2conform-parent.pth").write_text(
-        "".join(f"import site; site.addsitedir({p!r})\n" for p in sorted(parents)))
+        "".join(f"import site; site.addsitedir({p!r})\n" for p in sorted(parents))
+    )
     installed = subprocess.run(
-        [str(python), "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index", str(EXAMPLE)],
-        capture_output=True, text=True,
+        [
+            str(python),
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            str(EXAMPLE),
+        ],
+        capture_output=True,
+        text=True,
         env={**os.environ, "PIP_NO_INDEX": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
     )
     assert installed.returncode == 0, installed.stdout[-2000:] + installed.stderr[-2000:]
@@ -64,8 +84,12 @@ def plugin_venv(tmp_path_factory):
 
 
 def _k2conform(venv: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(venv / "bin" / "python"), "-m", "k2conform.cli", *args],
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "k2conform.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def test_the_plugin_is_listed_with_its_version(plugin_venv):
@@ -81,9 +105,22 @@ def test_the_plugin_is_listed_with_its_version(plugin_venv):
 
 def test_the_plugin_runs_in_the_matrix(plugin_venv, tmp_path):
     out = tmp_path / "results.json"
-    completed = _k2conform(plugin_venv, "run", "--case", "y_spec_*", "--case", "y_split_marker_think_end",
-                           "--delivery", "whole", "--delivery", "stream-token", "--jobs", "1",
-                           "--json", str(out))
+    completed = _k2conform(
+        plugin_venv,
+        "run",
+        "--case",
+        "y_spec_*",
+        "--case",
+        "y_split_marker_think_end",
+        "--delivery",
+        "whole",
+        "--delivery",
+        "stream-token",
+        "--jobs",
+        "1",
+        "--json",
+        str(out),
+    )
     assert completed.returncode in (0, 1), completed.stderr[-3000:]
     assert "example-tiny" in completed.stdout  # the Markdown summary names every adapter
     results = json.loads(out.read_text())
@@ -128,7 +165,9 @@ def test_the_example_adapter_follows_the_contract(corpus):
         adapter.load()
         case = next(c for c in corpus.completions if c.id == "y_spec_single_call")
         result = execute(adapter, case.request, Delivery("whole", (Delta(case.model_output),)))
-        assert result.outcome == "ok" and result.tool_calls[0].name == case.expected.tool_calls[0].name
+        assert (
+            result.outcome == "ok" and result.tool_calls[0].name == case.expected.tool_calls[0].name
+        )
         script = adapter.repro_script(case.request, [Delta(case.model_output)], "whole")
         assert "k2conform" not in script.replace("k2conform_example_adapter", "")
     finally:

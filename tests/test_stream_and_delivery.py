@@ -6,13 +6,16 @@ import pytest
 
 from k2conform import markers as mk
 from k2conform.delivery.modes import MODES, TOKEN_ALIGNED_MODES, case_seed, deliveries
-from k2conform.model import StreamEvent, ToolCallDelta
+from k2conform.model import StreamEvent, ToolCall, ToolCallDelta
 from k2conform.judge.stream import assemble
 from k2conform.delivery.tokenizer import load_tokenizer
 
 TOKENIZER = load_tokenizer()
-TEXT = ('Zürich 天气 <|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0'
-        '<|tool_call_argument_begin|>{"city": "Zürich 🦄"}<|tool_call_end|><|tool_calls_section_end|>')
+TEXT = (
+    "Zürich 天气 <|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
+    '<|tool_call_argument_begin|>{"city": "Zürich 🦄"}<|tool_call_end|>'
+    "<|tool_calls_section_end|>"
+)
 
 
 def test_client_reassembly_keeps_first_id_and_name_and_concatenates_arguments():
@@ -24,7 +27,7 @@ def test_client_reassembly_keeps_first_id_and_name_and_concatenates_arguments():
     ]
     assembled = assemble(events)
     assert assembled.violations == ()
-    assert assembled.result.tool_calls[0].arguments == '{"a": 1}'
+    assert assembled.result.tool_calls == (ToolCall("f", '{"a": 1}', "functions.f:0"),)
     assert assembled.result.content == "Hi" and assembled.chunks == 3
 
 
@@ -36,15 +39,22 @@ def test_stream_invariant_violations_are_reported():
         StreamEvent(tool_calls=(ToolCallDelta(2, None, None, "{}"),)),
     ]
     text = " | ".join(assemble(events).violations)
-    for expected in ("marker bytes in a content delta", "not contiguous", "id of index 1 sent again",
-                     "name of index 1 sent again", "has no name"):
+    for expected in (
+        "marker bytes in a content delta",
+        "not contiguous",
+        "id of index 1 sent again",
+        "name of index 1 sent again",
+        "has no name",
+    ):
         assert expected in text
 
 
 @pytest.mark.parametrize("mode", [m for m in MODES if m != "stream-recorded"])
 def test_every_mode_reproduces_the_text_and_token_modes_carry_every_token_id(mode):
     ids = [i for i, _ in TOKENIZER.tokenize_spans(TEXT)]
-    for delivery in deliveries(TEXT, mode, TOKENIZER, seed=7):
+    variants = deliveries(TEXT, mode, TOKENIZER, seed=7)
+    assert variants, "every mode delivers the text at least once"
+    for delivery in variants:
         assert "".join(d.text for d in delivery.deltas) == TEXT
         sent = [i for d in delivery.deltas for i in d.token_ids]
         assert sent == (ids if mode in TOKEN_ALIGNED_MODES else [])
@@ -86,3 +96,67 @@ def test_recorded_mode_uses_the_case_deltas():
     (delivery,) = deliveries(TEXT, "stream-recorded", TOKENIZER, recorded=pieces)
     assert [d.text for d in delivery.deltas] == pieces
     assert deliveries(TEXT, "stream-recorded", TOKENIZER) == []
+
+
+# -- what a wrong reassembly would let through (each kills mutants of judge/stream.py) --------
+
+
+def _call_deltas(*deltas: ToolCallDelta) -> list[StreamEvent]:
+    return [StreamEvent(tool_calls=(delta,)) for delta in deltas]
+
+
+def test_reasoning_fragments_are_concatenated_apart_from_content():
+    events = [
+        StreamEvent(reasoning="Need "),
+        StreamEvent(content="Su"),
+        StreamEvent(reasoning="weather."),
+        StreamEvent(content="re."),
+    ]
+    assembled = assemble(events)
+    assert (assembled.result.reasoning, assembled.result.content) == ("Need weather.", "Sure.")
+    assert assemble([StreamEvent(content="x")]).result.reasoning is None
+
+
+def test_a_late_id_and_name_are_kept_as_a_client_keeps_them_and_reported():
+    """The client takes the first id and name it sees, even after the call's first delta;
+    the stream broke the send-them-first invariant, which the violations say."""
+    assembled = assemble(
+        _call_deltas(
+            ToolCallDelta(0, None, None, '{"a"'),
+            ToolCallDelta(0, "functions.f:0", "f", ": 1}"),
+            ToolCallDelta(0, "call_9", "g", ""),
+        )
+    )
+    assert assembled.result.tool_calls == (ToolCall("f", '{"a": 1}', "functions.f:0"),)
+    assert assembled.violations[0] == "chunk 1: first delta of index 0 has no name"
+    assert assembled.violations[-2:] == (
+        "chunk 3: id of index 0 sent again",
+        "chunk 3: name of index 0 sent again",
+    )
+    assert len(assembled.violations) == 5
+
+
+def test_a_call_whose_name_never_arrives_is_named_empty():
+    assembled = assemble(_call_deltas(ToolCallDelta(0, "functions.f:0", None, "{}")))
+    assert assembled.result.tool_calls == (ToolCall("", "{}", "functions.f:0"),)
+    assert assembled.violations == ("chunk 1: first delta of index 0 has no name",)
+
+
+def test_a_late_id_is_reported_as_late_not_as_sent_again():
+    late_id = _call_deltas(
+        ToolCallDelta(0, None, "f", "{"), ToolCallDelta(0, "functions.f:0", None, "}")
+    )
+    violations = assemble(late_id).violations
+    assert violations and not any("sent again" in v for v in violations), violations
+    assert any("id of index 0 first sent after its first delta" in v for v in violations)
+    assert assemble(late_id).result.tool_calls[0].id == "functions.f:0"  # the client still gets it
+
+
+def test_the_finish_reason_is_kept_and_nothing_may_follow_its_chunk():
+    done = assemble([StreamEvent(content="Hi"), StreamEvent(finish_reason="stop")])
+    assert done.violations == () and done.result.meta == {"finish_reason": "stop"}
+    late = assemble([StreamEvent(finish_reason="tool_calls"), StreamEvent(content="x")])
+    assert late.violations == ("chunk 2: sent after the chunk with finish_reason 'tool_calls'",)
+    assert assemble([StreamEvent(content="Hi")]).result.meta == {}
+    trailing = assemble([StreamEvent(finish_reason="stop"), StreamEvent(content="x")])
+    assert trailing.result.meta == {"finish_reason": "stop"}  # a trailing chunk keeps it

@@ -11,6 +11,8 @@ from tiktoken.load import load_tiktoken_bpe
 
 from k2conform import markers
 from k2conform.delivery import tokenizer as tk
+
+
 @pytest.fixture(scope="module")
 def tok() -> tk.KimiTokenizer:
     return tk.load_tokenizer()
@@ -146,6 +148,16 @@ def _is_utf8(data: bytes) -> bool:
 
 def test_long_runs_are_split_like_tokenization_kimi(tok: tk.KimiTokenizer) -> None:
     assert list(tk._split_long_runs("ab  cd", limit=1)) == ["a", "b ", " c", "d"]
+    # A run is cut every `limit` characters from its own start, whitespace runs too
+    # (U+3000 and U+001C are whitespace to str.isspace, as to the tokenizer's guard).
+    assert list(tk._split_long_runs("aaaaa  \u3000\x1c b", limit=2)) == [
+        "aa",
+        "aa",
+        "a  ",
+        "\u3000\x1c",
+        " b",
+    ]
+    assert list(tk._split_long_runs("abc", limit=3)) == ["abc"]
     text = "x" * 30_000 + " " + "y" * 10
     assert tok.decode(tok.encode(text)) == text
 

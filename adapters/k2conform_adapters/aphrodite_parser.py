@@ -36,9 +36,6 @@ output is content as it is.  Reasoning is separated by aphrodite's Python reason
 from __future__ import annotations
 
 import importlib.metadata
-import importlib.util
-import re
-from pathlib import Path
 from typing import Any, Sequence
 
 from k2conform import markers
@@ -49,30 +46,14 @@ from k2conform.adapter.contract import (
     call_parser,
     require_api,
 )
+from k2conform.adapter.glue import load_once, module_from_file, package_dir
 from k2conform.model import Delta, Request, Result, StreamEvent, ToolCall, ToolCallDelta
 
 RUST_PARSER_NAME = "KimiK2ToolParser"
 TOOL_CALL_START_TOKEN = markers.SECTION_BEGIN
 EXTENSION = "_rust_tool_parser.abi3.so"
-RANDOM_ID = re.compile(r"^chatcmpl-tool-[0-9a-f]{16,32}$")
+#: What ``make_tool_call_id()`` mints (``chatcmpl-tool-<random>``), reported in its shape.
 MASKED_RANDOM_ID = "chatcmpl-tool-<random>"
-
-
-def extension_path() -> Path:
-    """``aphrodite/_rust_tool_parser.abi3.so`` of the installed distribution (not imported)."""
-    spec = importlib.util.find_spec("aphrodite")
-    if spec is None or not spec.submodule_search_locations:
-        raise AdapterUnavailable("aphrodite-engine is not installed")
-    return Path(next(iter(spec.submodule_search_locations))) / EXTENSION
-
-
-def load_extension(path: Path) -> Any:
-    spec = importlib.util.spec_from_file_location("aphrodite._rust_tool_parser", path)
-    if spec is None or spec.loader is None:
-        raise AdapterGlueError(str(path), "cannot be loaded")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 class AphroditeRustAdapter(Adapter):
@@ -81,51 +62,65 @@ class AphroditeRustAdapter(Adapter):
     name = "aphrodite"
     package = "aphrodite-engine"
     supported_versions = ("0.24.1",)
-    description = "aphrodite-engine Rust KimiK2ToolParser (_rust_tool_parser.abi3.so) via RustToolParser"
+    description = (
+        "aphrodite-engine Rust KimiK2ToolParser (_rust_tool_parser.abi3.so) via RustToolParser"
+    )
 
-    def __init__(self) -> None:
-        self._loaded = False
-
+    @load_once
     def load(self) -> None:
-        if self._loaded:
-            return
         try:
             importlib.metadata.version(self.package)
         except importlib.metadata.PackageNotFoundError as exc:
             raise AdapterUnavailable("aphrodite-engine is not installed") from exc
-        path = extension_path()
+        path = package_dir(self.package, "aphrodite") / EXTENSION
         if not path.is_file():
             raise AdapterGlueError(f"aphrodite/{EXTENSION}", "missing in the installed release")
         try:
-            module = load_extension(path)
+            module = module_from_file("aphrodite._rust_tool_parser", path)
         except ImportError as exc:
             raise AdapterGlueError(f"aphrodite/{EXTENSION}", f"does not load: {exc}") from exc
-        require_api(module, "Tool", "ToolParser", "ToolParserOutput", owner_name="_rust_tool_parser")
-        require_api(module.ToolParser, "parse_into", "finish", "tool_call_id", owner_name="ToolParser")
-        require_api(module.ToolParserOutput, "append", "coalesce", "calls", "normal_text",
-                    owner_name="ToolParserOutput")
+        require_api(
+            module, "Tool", "ToolParser", "ToolParserOutput", owner_name="_rust_tool_parser"
+        )
+        require_api(
+            module.ToolParser, "parse_into", "finish", "tool_call_id", owner_name="ToolParser"
+        )
+        require_api(
+            module.ToolParserOutput,
+            "append",
+            "coalesce",
+            "calls",
+            "normal_text",
+            owner_name="ToolParserOutput",
+        )
         try:
             module.ToolParser(RUST_PARSER_NAME, [])
         except ValueError as exc:
             raise AdapterGlueError(f"ToolParser({RUST_PARSER_NAME!r})", str(exc)) from exc
         self._rust = module
-        self._loaded = True
 
     def _check(self, request: Request) -> bool:
         """Whether tool parsing is active (tools declared, tool_choice not "none")."""
         self.load()
         if request.thinking:
-            raise AdapterUnavailable("thinking on: aphrodite separates reasoning in Python (needs torch)")
+            raise AdapterUnavailable(
+                "thinking on: aphrodite separates reasoning in Python (needs torch)"
+            )
         return bool(request.tools) and request.tool_choice != "none"
 
     def _rust_tools(self, request: Request) -> list[Any]:
         tools = []
         for tool in request.tools:
             function = tool.get("function", {})
-            tools.append(call_parser(
-                self._rust.Tool, function["name"], function.get("description"),
-                function.get("parameters") or {}, function.get("strict"),
-            ))
+            tools.append(
+                call_parser(
+                    self._rust.Tool,
+                    function["name"],
+                    function.get("description"),
+                    function.get("parameters") or {},
+                    function.get("strict"),
+                )
+            )
         return tools
 
     def _new_parser(self, request: Request) -> Any:
@@ -174,17 +169,27 @@ class AphroditeRustAdapter(Adapter):
                 tool_id = None
                 if call.name is not None:
                     tool_id = call_parser(parser.tool_call_id, call.tool_index) or MASKED_RANDOM_ID
-                calls.append(ToolCallDelta(index=call.tool_index, id=tool_id, name=call.name,
-                                           arguments=call.arguments))
+                calls.append(
+                    ToolCallDelta(
+                        index=call.tool_index, id=tool_id, name=call.name, arguments=call.arguments
+                    )
+                )
             content = out.normal_text or None
             if content is None and not calls:
                 continue
             events.append(StreamEvent(content=content, tool_calls=tuple(calls)))
         return events
 
-    def repro_script(self, request: Request, deltas: Sequence[Delta], mode: str, *,
-                     expected: dict | None = None, case_id: str = "case") -> str:
+    def repro_script(
+        self,
+        request: Request,
+        deltas: Sequence[Delta],
+        mode: str,
+        *,
+        expected: dict | None = None,
+        case_id: str = "case",
+    ) -> str:
         """A standalone script that drives the parser the same way, importing only its package."""
-        from k2conform_adapters._repro import aphrodite_script
+        from k2conform_adapters.repro import build_script
 
-        return aphrodite_script(request, deltas, mode, expected, case_id)
+        return build_script("aphrodite", request, deltas, mode, expected=expected, case_id=case_id)

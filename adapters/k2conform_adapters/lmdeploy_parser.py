@@ -25,23 +25,22 @@ Thinking on means ``--reasoning-parser default`` (``<think>``/``</think>``) and
 
 from __future__ import annotations
 
-import re
 from typing import Any, Sequence
 
 from k2conform import markers
 from k2conform.adapter.contract import (
-    glue_imports,
-    import_parser_package,
     Adapter,
     AdapterGlueError,
     call_parser,
+    glue_imports,
+    import_parser_package,
     require_api,
 )
-from k2conform.model import Delta, Request, Result, StreamEvent, ToolCall, ToolCallDelta
+from k2conform.adapter.glue import RandomIds, build_chat_request, event_of, load_once, tool_calls_of
+from k2conform.model import Delta, Request, Result, StreamEvent
 
-MODEL_NAME = "moonshotai/Kimi-K2-Instruct"
-RANDOM_ID = re.compile(r"^chatcmpl-tool-[0-9A-Za-z]{16,32}$")
-MASKED_RANDOM_ID = "chatcmpl-tool-<random>"
+#: lmdeploy's ids: ``chatcmpl-tool-`` + ``shortuuid.random()`` (letters and digits).
+RANDOM_ID_ALPHABET = "0-9A-Za-z"
 
 
 class _KimiVocabulary:
@@ -59,12 +58,8 @@ class LmdeployAdapter(Adapter):
     supported_versions = ("0.18.0",)
     description = "lmdeploy api_server: --tool-call-parser kimi_k2 [--reasoning-parser default]"
 
-    def __init__(self) -> None:
-        self._loaded = False
-
+    @load_once
     def load(self) -> None:
-        if self._loaded:
-            return
         lmdeploy = import_parser_package("lmdeploy")
         with glue_imports("lmdeploy"):
             from lmdeploy.serve.openai import protocol
@@ -74,7 +69,9 @@ class LmdeployAdapter(Adapter):
         base = ResponseParserManager.get("default")
         if base is None:
             raise AdapterGlueError("ResponseParserManager['default']", "not registered")
-        require_api(base, "set_parsers", "stream_chunk", "parse_complete", owner_name="ResponseParser")
+        require_api(
+            base, "set_parsers", "stream_chunk", "parse_complete", owner_name="ResponseParser"
+        )
         if ToolParserManager.get("kimi_k2") is None:
             raise AdapterGlueError("ToolParserManager['kimi_k2']", "not registered")
         self._classes = {}
@@ -82,78 +79,65 @@ class LmdeployAdapter(Adapter):
             # A subclass per server configuration: set_parsers writes class attributes.
             cls = type(f"K2Conform{'Thinking' if thinking else ''}ResponseParser", (base,), {})
             try:
-                cls.set_parsers(reasoning_parser_name="default" if thinking else None,
-                                tool_parser_name="kimi_k2", tokenizer=_KimiVocabulary())
+                cls.set_parsers(
+                    reasoning_parser_name="default" if thinking else None,
+                    tool_parser_name="kimi_k2",
+                    tokenizer=_KimiVocabulary(),
+                )
             except Exception as exc:  # noqa: BLE001 - the server would not start: glue
-                raise AdapterGlueError("ResponseParser.set_parsers", f"{type(exc).__name__}: {exc}") from exc
+                raise AdapterGlueError(
+                    "ResponseParser.set_parsers", f"{type(exc).__name__}: {exc}"
+                ) from exc
             self._classes[thinking] = cls
         self._request_cls = protocol.ChatCompletionRequest
         self._version = getattr(lmdeploy, "__version__", None)
-        self._loaded = True
-
-    def _chat_request(self, request: Request) -> Any:
-        try:
-            return self._request_cls(
-                model=MODEL_NAME,
-                messages=[{"role": "user", "content": "(conformance case)"}],
-                tools=[dict(t) for t in request.tools] or None,
-                tool_choice=request.tool_choice if request.tools else "none",
-                chat_template_kwargs={"thinking": request.thinking},
-            )
-        except Exception as exc:  # noqa: BLE001 - the request model rejected our glue
-            raise AdapterGlueError("ChatCompletionRequest", f"{type(exc).__name__}: {exc}") from exc
 
     def _parser(self, request: Request) -> Any:
         self.load()
-        return call_parser(self._classes[request.thinking], self._chat_request(request))
+        chat_request = build_chat_request(self._request_cls, request, choice_without_tools="none")
+        return call_parser(self._classes[request.thinking], chat_request)
 
     def parse_whole(self, request: Request, output: Delta) -> Result:
         parser = self._parser(request)
-        content, calls, reasoning = call_parser(parser.parse_complete, output.text, list(output.token_ids))
-        masked: list[str] = []
-        tool_calls = tuple(
-            ToolCall(name=c.function.name, arguments=c.function.arguments, id=_mask(c.id, masked))
-            for c in (calls or ())
+        content, calls, reasoning = call_parser(
+            parser.parse_complete, output.text, list(output.token_ids)
         )
-        meta: dict[str, Any] = {"version": self._version}
-        if masked:
-            meta["masked_random_ids"] = len(masked)
-        return Result(content=content, reasoning=reasoning, tool_calls=tool_calls, meta=meta)
+        ids = RandomIds.chatcmpl(RANDOM_ID_ALPHABET)
+        return Result(
+            content=content,
+            reasoning=reasoning,
+            tool_calls=tool_calls_of(calls, ids),
+            meta=ids.meta(version=self._version),
+        )
 
     def parse_stream(self, request: Request, deltas: Sequence[Delta]) -> list[StreamEvent]:
         parser = self._parser(request)
         steps = list(deltas) or [Delta("")]
         events: list[StreamEvent] = []
-        masked: list[str] = []
+        ids = RandomIds.chatcmpl(RANDOM_ID_ALPHABET)
         for n, delta in enumerate(steps):
             final = n == len(steps) - 1
-            messages = call_parser(parser.stream_chunk, delta.text, list(delta.token_ids), final=final)
+            messages = call_parser(
+                parser.stream_chunk, delta.text, list(delta.token_ids), final=final
+            )
             for message, _tool_emitted in messages:
-                calls = tuple(
-                    ToolCallDelta(
-                        index=tc.index, id=_mask(tc.id, masked),
-                        name=tc.function.name if tc.function else None,
-                        arguments=tc.function.arguments if tc.function else None,
-                    )
-                    for tc in (message.tool_calls or ())
+                event = event_of(
+                    message, ids, reasoning_field="reasoning_content", blank_is_absent=True
                 )
-                content = message.content or None
-                reasoning = getattr(message, "reasoning_content", None) or None
-                if content is None and reasoning is None and not calls:
-                    continue
-                events.append(StreamEvent(content=content, reasoning=reasoning, tool_calls=calls))
+                if event is not None:
+                    events.append(event)
         return events
 
-    def repro_script(self, request: Request, deltas: Sequence[Delta], mode: str, *,
-                     expected: dict | None = None, case_id: str = "case") -> str:
+    def repro_script(
+        self,
+        request: Request,
+        deltas: Sequence[Delta],
+        mode: str,
+        *,
+        expected: dict | None = None,
+        case_id: str = "case",
+    ) -> str:
         """A standalone script that drives the parser the same way, importing only its package."""
-        from k2conform_adapters._repro import lmdeploy_script
+        from k2conform_adapters.repro import build_script
 
-        return lmdeploy_script(request, deltas, mode, expected, case_id)
-
-
-def _mask(tool_id: str | None, masked: list[str]) -> str | None:
-    if tool_id is not None and RANDOM_ID.match(tool_id):
-        masked.append(tool_id)
-        return MASKED_RANDOM_ID
-    return tool_id
+        return build_script("lmdeploy", request, deltas, mode, expected=expected, case_id=case_id)

@@ -36,7 +36,6 @@ imports ``mlx``) is restated here from that file.
 from __future__ import annotations
 
 import ast
-import importlib.util
 import json
 import re
 import uuid
@@ -48,11 +47,11 @@ from k2conform import markers
 from k2conform.adapter.contract import (
     Adapter,
     AdapterGlueError,
-    AdapterUnavailable,
     ParserCrash,
     call_parser,
     require_api,
 )
+from k2conform.adapter.glue import RandomIds, load_once, module_from_file, package_dir
 from k2conform.model import Delta, Request, Result, StreamEvent, ToolCall, ToolCallDelta
 
 #: ``str(uuid.uuid4())``: the id of a call whose parse gave none.
@@ -60,31 +59,21 @@ RANDOM_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-
 MASKED_RANDOM_ID = "uuid4-<random>"
 
 
-def package_dir(distribution: str, top: str) -> Path:
-    """The installed package directory of ``top`` without importing it."""
-    spec = importlib.util.find_spec(top)
-    if spec is None or not spec.submodule_search_locations:
-        raise AdapterUnavailable(f"{distribution} is not installed")
-    return Path(next(iter(spec.submodule_search_locations)))
-
-
-def load_module_from_file(name: str, path: Path) -> Any:
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise AdapterGlueError(str(path), "cannot be loaded")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def extract_definitions(path: Path, names: Sequence[str], namespace: dict[str, Any]) -> dict[str, Any]:
+def extract_definitions(
+    path: Path, names: Sequence[str], namespace: dict[str, Any]
+) -> dict[str, Any]:
     """Execute only the top-level definitions ``names`` of a source file (no imports run)."""
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    wanted = [node for node in tree.body
-              if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name in names]
+    wanted = [
+        node
+        for node in tree.body
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name in names
+    ]
     missing = set(names) - {node.name for node in wanted}
     if missing:
-        raise AdapterGlueError(f"{path.name}:{','.join(sorted(missing))}", "missing in the installed release")
+        raise AdapterGlueError(
+            f"{path.name}:{','.join(sorted(missing))}", "missing in the installed release"
+        )
     module = ast.Module(body=wanted, type_ignores=[])
     exec(compile(module, str(path), "exec"), namespace)  # noqa: S102 - the release's own code
     return namespace
@@ -98,32 +87,38 @@ class MlxLmAdapter(Adapter):
     supported_versions = ("0.32.2",)
     description = "mlx_lm.server: tool_parser_type kimi_k2 (inferred from the chat template)"
 
-    def __init__(self) -> None:
-        self._loaded = False
-
+    @load_once
     def load(self) -> None:
-        if self._loaded:
-            return
         root = package_dir("mlx-lm", "mlx_lm")
         parser_file = root / "tool_parsers" / "kimi_k2.py"
         generate_file = root / "generate.py"
         for path in (parser_file, generate_file):
             if not path.is_file():
-                raise AdapterGlueError(str(path.relative_to(root.parent)), "missing in the installed release")
+                raise AdapterGlueError(
+                    str(path.relative_to(root.parent)), "missing in the installed release"
+                )
         try:
-            module = load_module_from_file("k2conform_mlx_lm_kimi_k2", parser_file)
+            module = module_from_file("k2conform_mlx_lm_kimi_k2", parser_file)
         except ModuleNotFoundError as exc:
-            raise AdapterGlueError("mlx_lm/tool_parsers/kimi_k2.py", f"a dependency is missing: {exc}") from exc
-        require_api(module, "parse_tool_call", "tool_call_start", "tool_call_end",
-                    owner_name="mlx_lm.tool_parsers.kimi_k2")
-        namespace = extract_definitions(generate_file, ("_build_trie", "TextStateMachine"), {"deque": deque})
+            raise AdapterGlueError(
+                "mlx_lm/tool_parsers/kimi_k2.py", f"a dependency is missing: {exc}"
+            ) from exc
+        require_api(
+            module,
+            "parse_tool_call",
+            "tool_call_start",
+            "tool_call_end",
+            owner_name="mlx_lm.tool_parsers.kimi_k2",
+        )
+        namespace = extract_definitions(
+            generate_file, ("_build_trie", "TextStateMachine"), {"deque": deque}
+        )
         machine = namespace["TextStateMachine"]
         require_api(machine, "make_state", "split", "discard", owner_name="TextStateMachine")
         self._parse_tool_call = module.parse_tool_call
         self._start = module.tool_call_start
         self._end = module.tool_call_end
         self._machine_cls = machine
-        self._loaded = True
 
     def _machine(self) -> Any:
         """``make_text_state_machine`` for a Kimi tokenizer (thinking and tool calling)."""
@@ -134,12 +129,16 @@ class MlxLmAdapter(Adapter):
         }
         return self._machine_cls(transitions)
 
-    def _run(self, request: Request, pieces: Sequence[str], stream: bool) -> tuple[list[StreamEvent], Result]:
+    def _run(
+        self, request: Request, pieces: Sequence[str], stream: bool
+    ) -> tuple[list[StreamEvent], Result]:
         """The server's generation loop over ``pieces`` then the EOS step."""
         machine = self._machine()
         initial = "reasoning" if request.thinking else "normal"
         state = machine.make_state(initial)
-        formatter = _ToolCallFormatter(self._parse_tool_call, [dict(t) for t in request.tools] or None, stream)
+        formatter = _ToolCallFormatter(
+            self._parse_tool_call, [dict(t) for t in request.tools] or None, stream
+        )
         prev_state = initial
         current = initial
         reasoning_text = text = tool_text = ""
@@ -166,7 +165,12 @@ class MlxLmAdapter(Adapter):
                         tool_text = ""
                     text += clean
                 prev_state = current
-            if stream and finish_reason is None and current != "tool" and (text or tool_calls or reasoning_text):
+            if (
+                stream
+                and finish_reason is None
+                and current != "tool"
+                and (text or tool_calls or reasoning_text)
+            ):
                 events.append(_event(text, reasoning_text, formatter(tool_calls)))
                 reasoning_text = text = ""
                 tool_calls = []
@@ -177,13 +181,16 @@ class MlxLmAdapter(Adapter):
             events.append(_event(text, reasoning_text, formatted))
         else:
             all_calls, all_text, all_reasoning = formatted, [text], [reasoning_text]
-        masked = formatter.masked
         result = Result(
             content="".join(all_text) or None,
             reasoning="".join(all_reasoning) or None,
-            tool_calls=tuple(ToolCall(name=c["function"]["name"], arguments=c["function"]["arguments"], id=c["id"])
-                             for c in all_calls),
-            meta={"masked_random_ids": masked} if masked else {},
+            tool_calls=tuple(
+                ToolCall(
+                    name=c["function"]["name"], arguments=c["function"]["arguments"], id=c["id"]
+                )
+                for c in all_calls
+            ),
+            meta=formatter.ids.meta(),
         )
         return [e for e in events if e is not None], result
 
@@ -195,12 +202,19 @@ class MlxLmAdapter(Adapter):
         self.load()
         return self._run(request, [d.text for d in deltas], stream=True)[0]
 
-    def repro_script(self, request: Request, deltas: Sequence[Delta], mode: str, *,
-                     expected: dict | None = None, case_id: str = "case") -> str:
+    def repro_script(
+        self,
+        request: Request,
+        deltas: Sequence[Delta],
+        mode: str,
+        *,
+        expected: dict | None = None,
+        case_id: str = "case",
+    ) -> str:
         """A standalone script that drives the parser the same way, importing only its package."""
-        from k2conform_adapters._repro import mlx_lm_script
+        from k2conform_adapters.repro import build_script
 
-        return mlx_lm_script(request, deltas, mode, expected, case_id)
+        return build_script("mlx_lm", request, deltas, mode, expected=expected, case_id=case_id)
 
 
 class _ToolCallFormatter:
@@ -211,13 +225,10 @@ class _ToolCallFormatter:
         self._parse = parse
         self._tools = tools
         self._streaming = streaming
-        self.masked = 0
+        self.ids = RandomIds(RANDOM_ID, MASKED_RANDOM_ID)
 
     def _format(self, tc: dict[str, Any]) -> dict[str, Any]:
-        tc_id = tc.pop("id", None) or str(uuid.uuid4())
-        if RANDOM_ID.match(tc_id):
-            self.masked += 1
-            tc_id = MASKED_RANDOM_ID
+        tc_id = self.ids.mask(tc.pop("id", None) or str(uuid.uuid4()))
         tc["arguments"] = call_parser(json.dumps, tc["arguments"], ensure_ascii=False)
         out = {"function": tc, "type": "function", "id": tc_id}
         if self._streaming:
@@ -242,7 +253,12 @@ class _ToolCallFormatter:
 
 def _event(text: str, reasoning: str, calls: list[dict[str, Any]]) -> StreamEvent | None:
     deltas = tuple(
-        ToolCallDelta(index=c["index"], id=c["id"], name=c["function"]["name"], arguments=c["function"]["arguments"])
+        ToolCallDelta(
+            index=c["index"],
+            id=c["id"],
+            name=c["function"]["name"],
+            arguments=c["function"]["arguments"],
+        )
         for c in calls
     )
     if not text and not reasoning and not deltas:

@@ -12,6 +12,7 @@ from k2conform.reference.parser import ReferenceParser, parse
 class ReferenceAdapter(Adapter):
     name = "reference"
     description = "k2conform's reference parser (named policies for every open point of the spec)"
+    coverage_files = ("k2conform/reference/parser.py",)
 
     def parse_whole(self, request: Request, output: Delta) -> Result:
         return call_parser(parse, output.text, request)
@@ -22,7 +23,8 @@ class ReferenceAdapter(Adapter):
 
 
 def _feed_all(parser: ReferenceParser, deltas: Sequence[Delta]) -> list[StreamEvent]:
-    """Every delta, then the end of the stream; the events sent (one parser call, not one per delta)."""
+    """Every delta, then the end of the stream; the events sent (one parser call, not one per
+    delta)."""
     feed = parser.feed
     events = [feed(delta.text) for delta in deltas]
     events.append(parser.finish())

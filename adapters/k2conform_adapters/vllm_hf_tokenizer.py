@@ -30,7 +30,11 @@ RESERVED_AFTER_RANKS = 256 + 2
 
 def _byte_alphabet() -> dict[int, str]:
     """GPT-2's printable character for each byte value."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    printable = [
+        *range(ord("!"), ord("~") + 1),
+        *range(ord("¡"), ord("¬") + 1),
+        *range(ord("®"), ord("ÿ") + 1),
+    ]
     table, extra = {}, 0
     for value in range(256):
         if value in printable:
@@ -80,10 +84,14 @@ class KimiStandinTokenizer(PreTrainedTokenizer):
         first = len(ranks)
         named = {int(i): _content(t) for i, t in (added_tokens_decoder or {}).items()}
         added = {
-            named.get(i, f"<|reserved_token_{i}|>"): i for i in range(first, first + RESERVED_AFTER_RANKS)
+            named.get(i, f"<|reserved_token_{i}|>"): i
+            for i in range(first, first + RESERVED_AFTER_RANKS)
         }
         self._encoding = tiktoken.Encoding(
-            name="k2conform-kimi-standin", pat_str=pat_str, mergeable_ranks=ranks, special_tokens=added
+            name="k2conform-kimi-standin",
+            pat_str=pat_str,
+            mergeable_ranks=ranks,
+            special_tokens=added,
         )
         alphabet = _byte_alphabet()
         self._byte_of = {char: value for value, char in alphabet.items()}
@@ -101,10 +109,16 @@ class KimiStandinTokenizer(PreTrainedTokenizer):
                 decoder[i] = given
             else:
                 special = given.get("special", True) if isinstance(given, dict) else True
-                decoder[i] = AddedToken(text, lstrip=False, rstrip=False, normalized=False, special=special)
+                decoder[i] = AddedToken(
+                    text, lstrip=False, rstrip=False, normalized=False, special=special
+                )
         super().__init__(
-            bos_token=bos_token, eos_token=eos_token, unk_token=unk_token, pad_token=pad_token,
-            added_tokens_decoder=decoder, **kwargs,
+            bos_token=bos_token,
+            eos_token=eos_token,
+            unk_token=unk_token,
+            pad_token=pad_token,
+            added_tokens_decoder=decoder,
+            **kwargs,
         )
 
     @property
@@ -132,7 +146,9 @@ class KimiStandinTokenizer(PreTrainedTokenizer):
                 data.extend(token.encode("utf-8"))
         return data.decode("utf-8", errors="replace")
 
-    def save_vocabulary(self, save_directory: str, filename_prefix: str | None = None) -> tuple[str, ...]:
+    def save_vocabulary(
+        self, save_directory: str, filename_prefix: str | None = None
+    ) -> tuple[str, ...]:
         name = (filename_prefix + "-" if filename_prefix else "") + "tiktoken.model"
         target = os.path.join(save_directory, name)
         if os.path.abspath(target) != os.path.abspath(self.vocab_file):

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from k2conform import markers
 from k2conform.delivery import tokenizer as standin
+
 HIDDEN, LAYERS, HEADS, INTERMEDIATE = 128, 2, 2, 256
 VOCAB = 163840
 ORDINARY_IDS = standin.FIRST_SPECIAL_ID  # 163584
@@ -43,7 +44,9 @@ FILLER_LEAD = 0xF8  # never in valid UTF-8: a filler rank can never be produced 
 
 _HERE = Path(__file__).parent
 _CLASS_SOURCE = _HERE / "vllm_hf_tokenizer.py"
-_TEMPLATE = Path(standin.__file__).resolve().parent.parent / "data" / "reference_chat_template.jinja"
+_TEMPLATE = (
+    Path(standin.__file__).resolve().parent.parent / "data" / "reference_chat_template.jinja"
+)
 
 
 def padded_ranks() -> dict[bytes, int]:
@@ -61,7 +64,9 @@ def source_hash() -> str:
     digest = hashlib.sha256()
     for path in (standin.STANDIN_RANKS_FILE, _CLASS_SOURCE, _TEMPLATE, Path(__file__)):
         digest.update(path.read_bytes())
-    digest.update(json.dumps([HIDDEN, LAYERS, HEADS, INTERMEDIATE, VOCAB, SEED, MAX_POSITIONS]).encode())
+    digest.update(
+        json.dumps([HIDDEN, LAYERS, HEADS, INTERMEDIATE, VOCAB, SEED, MAX_POSITIONS]).encode()
+    )
     return digest.hexdigest()
 
 
@@ -74,8 +79,14 @@ def tokenizer_config() -> dict:
     added, special = standin.standin_added_tokens()
     named = {i: t for t, i in added.items()}
     decoder = {
-        str(i): {"content": text, "lstrip": False, "normalized": False, "rstrip": False,
-                 "single_word": False, "special": text in special or text.startswith("<|reserved_token_")}
+        str(i): {
+            "content": text,
+            "lstrip": False,
+            "normalized": False,
+            "rstrip": False,
+            "single_word": False,
+            "special": text in special or text.startswith("<|reserved_token_"),
+        }
         for i, text in sorted(named.items())
     }
     return {
@@ -104,9 +115,14 @@ def build(out: Path) -> Path:
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     config = LlamaConfig(
-        vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=INTERMEDIATE,
-        num_hidden_layers=LAYERS, num_attention_heads=HEADS, num_key_value_heads=HEADS,
-        max_position_embeddings=MAX_POSITIONS, tie_word_embeddings=True,
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        intermediate_size=INTERMEDIATE,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        num_key_value_heads=HEADS,
+        max_position_embeddings=MAX_POSITIONS,
+        tie_word_embeddings=True,
         bos_token_id=markers.SPECIAL_TOKEN_IDS[markers.BOS],
         eos_token_id=markers.SPECIAL_TOKEN_IDS[markers.IM_END],
         pad_token_id=markers.SPECIAL_TOKEN_IDS[markers.EOS],
@@ -119,7 +135,9 @@ def build(out: Path) -> Path:
     model.save_pretrained(tmp, safe_serialization=True)
     (tmp / "tiktoken.model").write_bytes(standin.dump_ranks(padded_ranks()))
     shutil.copyfile(_CLASS_SOURCE, tmp / f"{TOKENIZER_MODULE}.py")
-    (tmp / "tokenizer_config.json").write_text(json.dumps(tokenizer_config(), indent=1, ensure_ascii=False))
+    (tmp / "tokenizer_config.json").write_text(
+        json.dumps(tokenizer_config(), indent=1, ensure_ascii=False)
+    )
     shutil.copyfile(_TEMPLATE, tmp / "chat_template.jinja")
     (tmp / STAMP).write_text(source_hash() + "\n")
     shutil.rmtree(out, ignore_errors=True)

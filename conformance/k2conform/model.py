@@ -51,10 +51,30 @@ class CellOutcome(StrEnum):
 PASSING = frozenset({CellOutcome.AGREE, CellOutcome.IMPL_DEFINED, CellOutcome.UNAVAILABLE})
 FINDINGS = frozenset({CellOutcome.DIFFERS, CellOutcome.CRASH, CellOutcome.TIMEOUT})
 #: Which outcome of a mode's several variants the cell reports: the first is the worst.
-SEVERITY = (CellOutcome.ADAPTER_ERROR, CellOutcome.CRASH, CellOutcome.TIMEOUT, CellOutcome.UNAVAILABLE,
-            CellOutcome.DIFFERS, CellOutcome.IMPL_DEFINED, CellOutcome.AGREE)
+SEVERITY = (
+    CellOutcome.ADAPTER_ERROR,
+    CellOutcome.CRASH,
+    CellOutcome.TIMEOUT,
+    CellOutcome.UNAVAILABLE,
+    CellOutcome.DIFFERS,
+    CellOutcome.IMPL_DEFINED,
+    CellOutcome.AGREE,
+)
 #: The closed set of fields a difference can name, in report order.
-DIFF_FIELDS = ("count", "name", "arguments", "id", "content", "reasoning", "index", "stream-invariant")
+#: ``grammar``: an engine's grammar rejects a well-formed output or admits one outside its
+#: request (``k2conform grammar``).
+DIFF_FIELDS = (
+    "count",
+    "name",
+    "arguments",
+    "id",
+    "content",
+    "reasoning",
+    "index",
+    "stream-invariant",
+    "finish_reason",
+    "grammar",
+)
 
 
 @dataclass(frozen=True)
@@ -117,7 +137,11 @@ class Result:
 
     def with_meta(self, **meta: Any) -> Result:
         return Result(
-            self.content, self.reasoning, self.tool_calls, self.outcome, self.error,
+            self.content,
+            self.reasoning,
+            self.tool_calls,
+            self.outcome,
+            self.error,
             {**self.meta, **meta},
         )
 
@@ -138,7 +162,11 @@ class Request:
         return tuple(tool_name(t) for t in self.tools)
 
     def to_json(self) -> dict[str, Any]:
-        data = {"tools": list(self.tools), "tool_choice": self.tool_choice, "thinking": self.thinking}
+        data = {
+            "tools": list(self.tools),
+            "tool_choice": self.tool_choice,
+            "thinking": self.thinking,
+        }
         if self.server_options:
             data["server_options"] = dict(self.server_options)
         return data
@@ -171,11 +199,13 @@ class ToolCallDelta(NamedTuple):
 
 
 class StreamEvent(NamedTuple):
-    """One streamed chunk's delta message as the adapter's server would send it."""
+    """One streamed chunk's delta message as the adapter's server would send it, with the
+    chunk's ``finish_reason`` where a server adapter sees one (parsers have none)."""
 
     content: str | None = None
     reasoning: str | None = None
     tool_calls: tuple[ToolCallDelta, ...] = ()
+    finish_reason: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {}
@@ -187,11 +217,14 @@ class StreamEvent(NamedTuple):
             data["tool_calls"] = [
                 {k: v for k, v in d._asdict().items() if v is not None} for d in self.tool_calls
             ]
+        if self.finish_reason is not None:
+            data["finish_reason"] = self.finish_reason
         return data
 
 
 def dumps_canonical(data: Any) -> str:
-    """JSON text used for files: keys in the writer's order (tool schemas stay byte-exact), non-ASCII visible."""
+    """JSON text used for files: keys in the writer's order (tool schemas stay byte-exact),
+    non-ASCII visible."""
     return json.dumps(data, ensure_ascii=False, indent=2) + "\n"
 
 
@@ -212,19 +245,27 @@ class FieldDiff:
     call: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        data = {"field": self.field, "expected": self.expected, "observed": self.observed, "how": self.how}
+        data = {
+            "field": self.field,
+            "expected": self.expected,
+            "observed": self.observed,
+            "how": self.how,
+        }
         if self.call is not None:
             data["call"] = self.call
         return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> FieldDiff:
-        return cls(data["field"], data.get("expected"), data.get("observed"), data["how"], data.get("call"))
+        return cls(
+            data["field"], data.get("expected"), data.get("observed"), data["how"], data.get("call")
+        )
 
 
 @dataclass(frozen=True)
 class Cell:
-    """One case through one adapter in one delivery mode: the outcome, where it differs, what was seen."""
+    """One case through one adapter in one delivery mode: the outcome, where it differs, what was
+    seen."""
 
     case: str
     adapter: str
@@ -255,27 +296,40 @@ class Cell:
         return replace(self, seconds=seconds)
 
     @classmethod
-    def failed(cls, case: str, adapter: str, delivery: str, outcome: CellOutcome | str, error: str) -> Cell:
-        """A cell without a parse: unavailable, a lost worker's crash or timeout, an adapter error."""
+    def failed(
+        cls, case: str, adapter: str, delivery: str, outcome: CellOutcome | str, error: str
+    ) -> Cell:
+        """A cell without a parse: unavailable, a lost worker's crash or timeout, an adapter
+        error."""
         outcome = CellOutcome(outcome)
         return cls(case, adapter, delivery, outcome, observed=Result.failed(outcome.value, error))
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "case": self.case, "adapter": self.adapter, "delivery": self.delivery,
-            "outcome": self.outcome.value, "fields": list(self.fields), "diffs": [d.to_json() for d in self.diffs],
-            "variant": self.variant, "variants_differing": list(self.variants_differing),
-            "observed": self.observed.to_json() if self.observed else None, "seconds": round(self.seconds, 6),
+            "case": self.case,
+            "adapter": self.adapter,
+            "delivery": self.delivery,
+            "outcome": self.outcome.value,
+            "fields": list(self.fields),
+            "diffs": [d.to_json() for d in self.diffs],
+            "variant": self.variant,
+            "variants_differing": list(self.variants_differing),
+            "observed": self.observed.to_json() if self.observed else None,
+            "seconds": round(self.seconds, 6),
         }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Cell:
         observed = data.get("observed")
         return cls(
-            data["case"], data["adapter"], data["delivery"], CellOutcome(data["outcome"]),
+            data["case"],
+            data["adapter"],
+            data["delivery"],
+            CellOutcome(data["outcome"]),
             diffs=tuple(FieldDiff.from_json(d) for d in data.get("diffs") or ()),
             observed=Result.from_json(observed) if observed else None,
-            variant=data.get("variant", ""), variants_differing=tuple(data.get("variants_differing") or ()),
+            variant=data.get("variant", ""),
+            variants_differing=tuple(data.get("variants_differing") or ()),
             seconds=data.get("seconds", 0.0),
         )
 
@@ -293,13 +347,25 @@ class AdapterRow:
     reason: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "version": self.version, "supported_versions": list(self.supported_versions),
-                "supported": self.supported, "status": self.status.value, "reason": self.reason}
+        return {
+            "name": self.name,
+            "version": self.version,
+            "supported_versions": list(self.supported_versions),
+            "supported": self.supported,
+            "status": self.status.value,
+            "reason": self.reason,
+        }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> AdapterRow:
-        return cls(data["name"], data.get("version"), tuple(data.get("supported_versions") or ()),
-                   data.get("supported"), ResultOutcome(data.get("status", "ok")), data.get("reason", ""))
+        return cls(
+            data["name"],
+            data.get("version"),
+            tuple(data.get("supported_versions") or ()),
+            data.get("supported"),
+            ResultOutcome(data.get("status", "ok")),
+            data.get("reason", ""),
+        )
 
 
 #: Keys of a results document other than the typed ones, kept as they are (the gate's
@@ -315,7 +381,9 @@ class RunResults:
     seed: int
     modes: tuple[str, ...]
     adapters: tuple[AdapterRow, ...]
-    cases: tuple[Mapping[str, Any], ...]  #: id, verdict, description, tags, model_output, deltas, expected
+    cases: tuple[
+        Mapping[str, Any], ...
+    ]  #: id, verdict, description, tags, model_output, deltas, expected
     cells: tuple[Cell, ...]
     wall_seconds: float = 0.0
     worker_restarts: int = 0
@@ -323,9 +391,13 @@ class RunResults:
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
-            "k2conform": self.version, "seed": self.seed, "modes": list(self.modes),
-            "wall_seconds": self.wall_seconds, "worker_restarts": self.worker_restarts,
-            "adapters": [a.to_json() for a in self.adapters], "cases": [dict(c) for c in self.cases],
+            "k2conform": self.version,
+            "seed": self.seed,
+            "modes": list(self.modes),
+            "wall_seconds": self.wall_seconds,
+            "worker_restarts": self.worker_restarts,
+            "adapters": [a.to_json() for a in self.adapters],
+            "cases": [dict(c) for c in self.cases],
             "cells": [c.to_json() for c in self.cells],
         }
         data.update({k: self.extra[k] for k in _EXTRA_KEYS if k in self.extra})
@@ -335,10 +407,14 @@ class RunResults:
     def from_json(cls, data: Mapping[str, Any]) -> RunResults:
         """Raises KeyError, TypeError or ValueError on a document of the wrong shape."""
         return cls(
-            version=data["k2conform"], seed=data["seed"], modes=tuple(data["modes"]),
+            version=data["k2conform"],
+            seed=data["seed"],
+            modes=tuple(data["modes"]),
             adapters=tuple(AdapterRow.from_json(a) for a in data["adapters"]),
-            cases=tuple(data["cases"]), cells=tuple(Cell.from_json(c) for c in data["cells"]),
-            wall_seconds=data.get("wall_seconds", 0.0), worker_restarts=data.get("worker_restarts", 0),
+            cases=tuple(data["cases"]),
+            cells=tuple(Cell.from_json(c) for c in data["cells"]),
+            wall_seconds=data.get("wall_seconds", 0.0),
+            worker_restarts=data.get("worker_restarts", 0),
             extra={k: data[k] for k in _EXTRA_KEYS if k in data},
         )
 

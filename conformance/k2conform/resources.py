@@ -18,7 +18,11 @@ def checkout_root() -> Path | None:
     """The repository root when this package runs from a source checkout, else None."""
     root = Path(__file__).resolve().parents[2]
     marker = root / "pyproject.toml"
-    if marker.is_file() and (root / "corpus").is_dir() and "name = \"k2conform\"" in marker.read_text():
+    if (
+        marker.is_file()
+        and (root / "corpus").is_dir()
+        and 'name = "k2conform"' in marker.read_text()
+    ):
         return root
     return None
 
@@ -32,5 +36,7 @@ def bundled(name: str) -> Path:
         return root / name
     path = Path(str(importlib.resources.files("k2conform.bundle").joinpath(name)))
     if not path.is_dir():
-        raise FileNotFoundError(f"this k2conform installation carries no {name}/ (looked in {path})")
+        raise FileNotFoundError(
+            f"this k2conform installation carries no {name}/ (looked in {path})"
+        )
     return path

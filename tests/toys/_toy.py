@@ -21,7 +21,12 @@ def serve(name: str, misbehave: Callable[[], None]) -> None:
         with open(log, "a", encoding="utf-8") as f:
             f.write(f"start {os.getpid()}\n")
     adapter = ReferenceAdapter()
-    print(json.dumps({"protocol": PROTOCOL, "name": name, "version": "1.0", "status": "ok", "reason": ""}), flush=True)
+    print(
+        json.dumps(
+            {"protocol": PROTOCOL, "name": name, "version": "1.0", "status": "ok", "reason": ""}
+        ),
+        flush=True,
+    )
     for line in sys.stdin:
         if TRIGGER in line:
             misbehave()

@@ -1,6 +1,6 @@
 """A toy adapter process that dies (``exit``) or writes garbage (``garbage``) on the trigger.
 
-    k2conform run --adapter 'cmd:python tests/toys/crashing_adapter.py exit'
+k2conform run --adapter 'cmd:python tests/toys/crashing_adapter.py exit'
 """
 
 import os

@@ -1,6 +1,6 @@
 """A toy adapter process that never answers a request holding the trigger.
 
-    k2conform run --timeout 3 --adapter 'cmd:python tests/toys/hanging_adapter.py'
+k2conform run --timeout 3 --adapter 'cmd:python tests/toys/hanging_adapter.py'
 """
 
 import os

@@ -18,9 +18,14 @@ starts a fresh one.  A process that hangs is the runner's business: its per-cell
 replaces the worker, and the command dies with it (it is started with a parent-death
 signal and in its own process group).
 
+The hello has its own deadline, :func:`handshake_timeout`, scaled with the run's cell deadline
+(``--timeout``): a command that never says hello, exits first or writes something else makes
+the adapter ``adapter-error`` with one line saying what was waited for, and the run goes on.
+
 The adapter's name in reports is ``NAME`` when given (``vllm-0.11=cmd:...``), otherwise the
 whole ``cmd:...`` spec, so two environments of the same parser get distinct names in one
-matrix; the version column shows the remote release from the hello.  ``k2conform serve-adapter NAME`` speaks the
+matrix; the version column shows the remote release from the hello.  ``k2conform serve-adapter
+NAME`` speaks the
 protocol for any in-process adapter.
 """
 
@@ -51,8 +56,27 @@ from k2conform.adapter.protocol import (
 )
 from k2conform.model import Delta, Request, Result, StreamEvent
 
-#: Seconds a command may take to write its hello (importing vLLM takes a while).
-STARTUP_TIMEOUT = float(os.environ.get("K2CONFORM_CMD_STARTUP_TIMEOUT", "300"))
+#: The hello's deadline is ``max(HANDSHAKE_FLOOR, HANDSHAKE_FACTOR × the cell deadline)``.
+HANDSHAKE_FLOOR = 10.0
+HANDSHAKE_FACTOR = 4
+#: The cell deadline assumed when the run's is not given (``run --timeout``'s default).
+DEFAULT_CELL_DEADLINE = 20.0
+
+
+def handshake_timeout(cell_deadline: float) -> float:
+    """Seconds a command may take to write its hello, for a run whose cells get ``cell_deadline``.
+
+    The hello comes once the command's interpreter has started and imported its parser, which
+    costs about what the slowest cell does (``serve-adapter vllm`` said hello after 5.0 s, the
+    32 kB-arguments cell takes 5.4 s, both on a quiet 2-core machine), so the cell deadline is the
+    right scale: a user who gives a loaded machine more time per cell gives the start more too.
+    Four deadlines cover a start that is slower than one cell on a loaded machine (80 s at the
+    default 20 s); the floor keeps a short ``--timeout``, meant for a fast parser, from failing a
+    real import (10 s is twice vLLM's quiet start).  Either way it is bounded: a command that
+    never says hello costs the run this long once per process that waits for it, then
+    ``adapter-error``.
+    """
+    return max(HANDSHAKE_FLOOR, HANDSHAKE_FACTOR * cell_deadline)
 
 
 class _Peer:
@@ -62,12 +86,16 @@ class _Peer:
         self.stderr = tempfile.TemporaryFile()
         try:
             self.process = subprocess.Popen(
-                list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr,
-                start_new_session=True, preexec_fn=_die_with_parent,
+                list(argv),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=self.stderr,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
             )
         except OSError as error:
             self.stderr.close()
-            raise AdapterGlueError("cmd", f"cannot start {shlex.join(argv)!r}: {error}") from error
+            raise AdapterGlueError(f"cannot start `{shlex.join(argv)}`: {error}") from error
         self._buffer = b""
 
     def send(self, message: Mapping[str, Any]) -> None:
@@ -81,28 +109,35 @@ class _Peer:
 
     def receive(self, timeout: float | None = None) -> Any:
         """The next line as JSON; ProtocolError on EOF, garbage or the deadline."""
-        assert self.process.stdout is not None
-        fd = self.process.stdout.fileno()
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while b"\n" not in self._buffer:
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                raise ProtocolError(f"no line within {timeout:g} s")
-            ready, _, _ = select.select([fd], [], [], remaining)
-            if not ready:
-                continue
-            chunk = os.read(fd, 1 << 16)
-            if not chunk:
-                raise ProtocolError(f"the process closed its stdout{self.exit_note()}")
-            self._buffer += chunk
-        line, self._buffer = self._buffer.split(b"\n", 1)
+        line = self.receive_line(timeout)
         try:
             return json.loads(line.decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError):
             shown = line[:120].decode("utf-8", "replace")
             raise ProtocolError(f"not a JSON line on stdout: {shown!r}") from None
 
+    def receive_line(self, timeout: float | None = None) -> bytes:
+        """The next stdout line; :class:`PeerSilent` past the deadline, :class:`PeerClosed` at
+        EOF."""
+        assert self.process.stdout is not None
+        fd = self.process.stdout.fileno()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while b"\n" not in self._buffer:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise PeerSilent(f"no line within {timeout:g} s")
+            ready, _, _ = select.select([fd], [], [], remaining)
+            if not ready:
+                continue
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                raise PeerClosed(self.exit_note())
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        return line
+
     def exit_note(self) -> str:
+        """`` (exit status N); stderr ends: ...`` once the process has exited, else nothing."""
         try:
             status = self.process.wait(timeout=1)
         except subprocess.TimeoutExpired:
@@ -112,13 +147,15 @@ class _Peer:
         return note + (f"; stderr ends: {tail}" if tail else "")
 
     def stderr_tail(self, size: int = 400) -> str:
+        """The end of stderr on one line (line breaks shown as `` | ``), for a one-line reason."""
         try:
             self.stderr.seek(0, os.SEEK_END)
             end = self.stderr.tell()
             self.stderr.seek(max(0, end - size))
-            return self.stderr.read().decode("utf-8", "replace").strip()
+            tail = self.stderr.read().decode("utf-8", "replace")
         except (OSError, ValueError):
             return ""
+        return " | ".join(line.strip() for line in tail.splitlines() if line.strip())
 
     def close(self) -> None:
         process = self.process
@@ -142,6 +179,18 @@ class _Peer:
             except OSError:
                 pass
         self.stderr.close()
+
+
+class PeerSilent(ProtocolError):
+    """The command wrote no line within the deadline."""
+
+
+class PeerClosed(ProtocolError):
+    """The command closed its stdout (it exited, mostly) before the line came."""
+
+    def __init__(self, exit_note: str) -> None:
+        self.exit_note = exit_note
+        super().__init__(f"the process closed its stdout{exit_note}")
 
 
 def _die_with_parent() -> None:
@@ -170,7 +219,9 @@ class CommandAdapter(Adapter):
     package = None
     description = "out-of-process adapter (k2conform adapter protocol over stdin/stdout)"
 
-    def __init__(self, spec: str) -> None:
+    def __init__(self, spec: str, cell_deadline: float | None = None) -> None:
+        """``cell_deadline`` is the run's ``--timeout`` (None: its default): the hello's deadline
+        scales with it."""
         if not is_command_spec(spec):
             raise ValueError(f"not a cmd: adapter: {spec!r}")
         self._label, command = split_spec(spec)
@@ -178,6 +229,7 @@ class CommandAdapter(Adapter):
         self.argv = shlex.split(command)
         if not self.argv:
             raise ValueError(f"{spec!r}: no command after 'cmd:'")
+        self.cell_deadline = DEFAULT_CELL_DEADLINE if cell_deadline is None else cell_deadline
         self._peer: _Peer | None = None
         self._hello: dict[str, Any] | None = None
         self._hello_error: str | None = None
@@ -209,25 +261,60 @@ class CommandAdapter(Adapter):
         if self._hello is None and self._hello_error is None:
             try:
                 self._start()
-            except (AdapterGlueError, ProtocolError) as error:
-                self._hello_error = str(error)
+            except AdapterGlueError:
+                pass  # recorded in _hello_error: the identity stays unknown
         return self._hello
 
     # --- the process ---------------------------------------------------------------------------
 
     def _start(self) -> _Peer:
-        peer = _Peer(self.argv)
-        self.starts += 1
+        """A fresh process that has said hello.  A failed start is final for this adapter: it is
+        recorded and raised again without another start, so no one waits for it twice."""
+        if self._hello_error is not None:
+            raise AdapterGlueError(self._hello_error)
+        peer = None
         try:
-            hello = peer.receive(timeout=STARTUP_TIMEOUT)
-            check_hello(hello)
-        except ProtocolError as error:
-            peer.close()
-            raise AdapterGlueError("cmd hello", f"{shlex.join(self.argv)}: {error}") from None
+            peer = _Peer(self.argv)
+            self.starts += 1
+            hello = self._handshake(peer)
+        except BaseException as error:  # a deadline alarm too: the half-started process goes
+            if peer is not None:
+                peer.close()
+            if isinstance(error, AdapterGlueError):
+                self._hello_error = str(error)
+            raise
         if self._hello is None:
             self._hello = hello
         self._peer = peer
         return peer
+
+    def _handshake(self, peer: _Peer) -> dict[str, Any]:
+        """The hello, within :func:`handshake_timeout`; else AdapterGlueError saying what came."""
+        command = f"`{shlex.join(self.argv)}`"
+        timeout = handshake_timeout(self.cell_deadline)
+        try:
+            line = peer.receive_line(timeout)
+        except PeerSilent:
+            rule = (
+                f"max({HANDSHAKE_FLOOR:g} s, "
+                f"{HANDSHAKE_FACTOR} x --timeout {self.cell_deadline:g} s)"
+            )
+            raise AdapterGlueError(
+                f"no hello from {command} within {timeout:g} s (the handshake waits "
+                f"{rule}); a slower start needs a larger --timeout"
+            ) from None
+        except PeerClosed as error:
+            note = error.exit_note or " (it closed its stdout)"
+            raise AdapterGlueError(f"{command} exited before its hello{note}") from None
+        try:
+            hello = json.loads(line.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            hello = line.decode("utf-8", "replace")
+        try:
+            check_hello(hello)
+        except ProtocolError as error:
+            raise AdapterGlueError(f"{command}: {error}") from None
+        return hello
 
     def close(self) -> None:
         if self._peer is not None:
@@ -236,11 +323,7 @@ class CommandAdapter(Adapter):
 
     def load(self) -> None:
         if self._peer is None:
-            try:
-                self._start()
-            except AdapterGlueError as error:
-                self._hello_error = str(error)
-                raise
+            self._start()
         assert self._hello is not None
         status = self._hello.get("status", "ok")
         reason = self._hello.get("reason") or ""
@@ -265,7 +348,9 @@ class CommandAdapter(Adapter):
             raise
         if not isinstance(response, dict):
             self.close()
-            raise ParserCrash(ProtocolError(f"a response must be a JSON object, not {type(response).__name__}"))
+            raise ParserCrash(
+                ProtocolError(f"a response must be a JSON object, not {type(response).__name__}")
+            )
         return response
 
     # --- the two parse modes ---------------------------------------------------------------

@@ -31,15 +31,22 @@ def guarded(call: Callable[[], T]) -> T | Result:
         return Result.failed("adapter-error", str(error))
     except Exception as error:  # noqa: BLE001 - outside call_parser, so it is the glue's
         where = traceback.extract_tb(error.__traceback__)[-1]
-        return Result.failed("adapter-error", f"{type(error).__name__}: {error} (at {where.filename}:{where.lineno})")
+        return Result.failed(
+            "adapter-error", f"{type(error).__name__}: {error} (at {where.filename}:{where.lineno})"
+        )
 
 
 def execute(adapter: Adapter, request: Request, delivery: Delivery) -> Result:
     """The adapter's result for this delivery, with outcome and provenance in ``meta``."""
     if delivery.streaming:
         assembled = guarded(lambda: assemble(adapter.parse_stream(request, delivery.deltas)))
-        result = assembled if isinstance(assembled, Result) else assembled.result.with_meta(
-            chunks=assembled.chunks, stream_violations=list(assembled.violations))
+        result = (
+            assembled
+            if isinstance(assembled, Result)
+            else assembled.result.with_meta(
+                chunks=assembled.chunks, stream_violations=list(assembled.violations)
+            )
+        )
     else:
         (output,) = delivery.deltas
         result = guarded(lambda: adapter.parse_whole(request, output))

@@ -28,7 +28,7 @@ def split_spec(spec: str) -> tuple[str | None, str]:
     named = _NAMED.match(spec)
     if named:
         return named.group("name"), named.group("command")
-    return None, spec[len(PREFIX):]
+    return None, spec[len(PREFIX) :]
 
 
 class ProtocolError(Exception):
@@ -77,7 +77,10 @@ def parse_request_line(data: Any) -> tuple[str, Request, tuple[Delta, ...]]:
 
 def check_hello(hello: Any) -> None:
     if not isinstance(hello, dict) or hello.get("protocol") != PROTOCOL:
-        raise ProtocolError(f"the first line must be a hello with \"protocol\": \"{PROTOCOL}\", got {str(hello)[:120]!r}")
+        raise ProtocolError(
+            f'the first line must be a hello with "protocol": "{PROTOCOL}", got '
+            f"{str(hello)[:120]!r}"
+        )
     if not isinstance(hello.get("name"), str) or not hello["name"]:
         raise ProtocolError("the hello must carry the adapter's 'name'")
     if hello.get("version") is not None and not isinstance(hello["version"], str):
@@ -101,8 +104,11 @@ def result_line(data: Mapping[str, Any]) -> Result:
     if not isinstance(calls, list):
         raise ProtocolError("'tool_calls' must be an array")
     for i, call in enumerate(calls):
-        if not isinstance(call, dict) or not isinstance(call.get("name"), str) \
-                or not isinstance(call.get("arguments"), str):
+        if (
+            not isinstance(call, dict)
+            or not isinstance(call.get("name"), str)
+            or not isinstance(call.get("arguments"), str)
+        ):
             raise ProtocolError(f"tool_calls[{i}] needs a string 'name' and 'arguments'")
         _optional_str(call, "id", f"tool_calls[{i}].")
     for key in ("content", "reasoning", "error"):
@@ -147,13 +153,20 @@ def events_line(data: Mapping[str, Any]) -> list[StreamEvent]:
             where = f"events[{n}].tool_calls[{i}]."
             if not isinstance(call, dict) or not isinstance(call.get("index"), int):
                 raise ProtocolError(f"{where}index must be an integer")
-            deltas.append(ToolCallDelta(
-                index=call["index"], id=_optional_str(call, "id", where),
-                name=_optional_str(call, "name", where), arguments=_optional_str(call, "arguments", where),
-            ))
-        out.append(StreamEvent(
-            content=_optional_str(event, "content", f"events[{n}]."),
-            reasoning=_optional_str(event, "reasoning", f"events[{n}]."),
-            tool_calls=tuple(deltas),
-        ))
+            deltas.append(
+                ToolCallDelta(
+                    index=call["index"],
+                    id=_optional_str(call, "id", where),
+                    name=_optional_str(call, "name", where),
+                    arguments=_optional_str(call, "arguments", where),
+                )
+            )
+        out.append(
+            StreamEvent(
+                content=_optional_str(event, "content", f"events[{n}]."),
+                reasoning=_optional_str(event, "reasoning", f"events[{n}]."),
+                tool_calls=tuple(deltas),
+                finish_reason=_optional_str(event, "finish_reason", f"events[{n}]."),
+            )
+        )
     return out

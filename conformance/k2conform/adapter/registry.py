@@ -24,29 +24,56 @@ def _entry_points() -> dict[str, importlib.metadata.EntryPoint]:
 def adapter_names() -> list[str]:
     """Every registered adapter: the built-ins first, then plugins by name."""
     names = list(_entry_points())
-    return [n for n in BUILTIN_ORDER if n in names] + sorted(n for n in names if n not in BUILTIN_ORDER)
+    return [n for n in BUILTIN_ORDER if n in names] + sorted(
+        n for n in names if n not in BUILTIN_ORDER
+    )
 
 
 def default_adapter_names() -> list[str]:
     """The adapters a command runs when none is named: every registered one but the opt-in ones
     (``run_by_default = False``: a real server, minutes per run)."""
     points = _entry_points()
-    return [n for n in adapter_names() if getattr(points[n].load(), "run_by_default", True)]
+    return [
+        n for n in adapter_names() if getattr(_adapter_class(points[n]), "run_by_default", True)
+    ]
 
 
-def create_adapter(name: str) -> Adapter:
+def _adapter_class(entry_point: importlib.metadata.EntryPoint) -> type[Adapter]:
+    """The entry point's class; a plugin whose module does not import becomes an adapter
+    whose ``load`` reports that as ``adapter-error``, so one broken plugin stops no run."""
+    try:
+        return entry_point.load()
+    except Exception as exc:  # noqa: BLE001 - any import failure of a plugin module
+        reason = f"{type(exc).__name__}: {exc}"
+
+        class Unimportable(Adapter):
+            name = entry_point.name
+            description = f"cannot import {entry_point.value}"
+
+            def load(self) -> None:
+                raise AdapterGlueError(f"import {entry_point.value}", reason)
+
+            def parse_whole(self, request, output):  # never reached: load() raises
+                raise AssertionError("not loaded")
+
+            parse_stream = parse_whole
+
+        return Unimportable
+
+
+def create_adapter(name: str, cell_deadline: float | None = None) -> Adapter:
     """An adapter instance, not yet loaded.  ``cmd:COMMAND ARGS`` (or ``NAME=cmd:...``) is an
-    adapter in another process speaking the adapter protocol (docs/adapter-protocol.md)."""
+    adapter in another process speaking the adapter protocol (docs/adapter-protocol.md);
+    ``cell_deadline`` (the run's ``--timeout``) scales the deadline of its startup hello."""
     from k2conform.adapter.command import CommandAdapter
     from k2conform.adapter.protocol import is_command_spec
 
     if is_command_spec(name):
-        return CommandAdapter(name)
+        return CommandAdapter(name, cell_deadline)
     entry_point = _entry_points().get(name)
     if entry_point is None:
         raise UnknownAdapter(name)
-    adapter_class = entry_point.load()
-    return adapter_class()
+    return _adapter_class(entry_point)()
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,8 @@ from k2conform.adapter.protocol import PROTOCOL, ProtocolError, is_command_spec,
 
 def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser(
-        "serve-adapter", help="speak the adapter protocol on stdin/stdout for one in-process adapter"
+        "serve-adapter",
+        help="speak the adapter protocol on stdin/stdout for one in-process adapter",
     )
     p.description = (
         "Writes a hello line, then answers one JSON request line from stdin with one JSON response "
@@ -88,5 +89,7 @@ def cmd_serve_adapter(args: argparse.Namespace) -> int:
     for line in sys.stdin:
         if not line.strip():
             continue
-        out.write(json.dumps(answer(adapter, line)) + "\n")  # ASCII: a lone surrogate survives the pipe
+        out.write(
+            json.dumps(answer(adapter, line)) + "\n"
+        )  # ASCII: a lone surrogate survives the pipe
     return 0

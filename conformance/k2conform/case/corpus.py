@@ -16,27 +16,53 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any
 
 from k2conform.model import Delta, Request, Result, ToolCall, dumps_canonical
 from k2conform.resources import bundled
 
-VERDICTS = {"y": "well-formed", "n": "malformed", "i": "implementation-defined"}
+#: The folder of a corpus holding the case sources (data the generator expands, not cases).
+SOURCES = "sources"
 _ID_PATTERN = re.compile(r"^[yni]_[a-z0-9][a-z0-9_.\-]*$")
 _COMPLETION_KEYS = {
-    "id": True, "kind": True, "description": True, "tags": True, "source": True,
-    "request": True, "model_output": False, "deltas": False, "expected": False, "generator": False,
+    "id": True,
+    "kind": True,
+    "description": True,
+    "tags": True,
+    "source": True,
+    "request": True,
+    "model_output": False,
+    "deltas": False,
+    "expected": False,
+    "generator": False,
 }
 _PROBE_KEYS = {
-    "id": True, "kind": True, "description": True, "tags": True, "source": True,
-    "tools": True, "tool_choice": False, "messages": True, "expect": True, "follow_up": False, "replay": True,
+    "id": True,
+    "kind": True,
+    "description": True,
+    "tags": True,
+    "source": True,
+    "tools": True,
+    "tool_choice": False,
+    "messages": True,
+    "expect": True,
+    "follow_up": False,
+    "replay": True,
 }
 _EXPECT_CALLS = ("required", "none", "any")
 _PROMPT_KEYS = {
-    "id": True, "kind": True, "description": True, "tags": True, "source": True,
-    "messages": True, "tools": False, "add_generation_prompt": True, "expected_prompt": True,
+    "id": True,
+    "kind": True,
+    "description": True,
+    "tags": True,
+    "source": True,
+    "messages": True,
+    "tools": False,
+    "add_generation_prompt": True,
+    "expected_prompt": True,
 }
 
 
@@ -51,11 +77,14 @@ class CorpusError(ValueError):
 
 @dataclass(frozen=True)
 class Expectation:
-    """The expected canonical result of a completion case (outcome is always ``ok``)."""
+    """The expected canonical result of a completion case (outcome is always ``ok``).
+    ``finish_reason`` is what a server must answer with (judged in the server modes); when a
+    case does not say, the spec's rule holds: ``tool_calls`` when the reply carries calls."""
 
     content: str | None
     reasoning: str | None
     tool_calls: tuple[ToolCall, ...]
+    finish_reason: str | None = None
 
     def as_result(self) -> Result:
         return Result(self.content, self.reasoning, self.tool_calls)
@@ -65,7 +94,7 @@ class Expectation:
             "content": self.content,
             "reasoning": self.reasoning,
             "tool_calls": [c.to_json() for c in self.tool_calls],
-        }
+        } | ({"finish_reason": self.finish_reason} if self.finish_reason is not None else {})
 
 
 @dataclass(frozen=True)
@@ -161,9 +190,15 @@ class ProbeCase:
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
-            "id": self.id, "kind": self.kind, "description": self.description, "tags": list(self.tags),
-            "source": self.source, "tools": list(self.tools), "tool_choice": self.tool_choice,
-            "messages": list(self.messages), "expect": dict(self.expect),
+            "id": self.id,
+            "kind": self.kind,
+            "description": self.description,
+            "tags": list(self.tags),
+            "source": self.source,
+            "tools": list(self.tools),
+            "tool_choice": self.tool_choice,
+            "messages": list(self.messages),
+            "expect": dict(self.expect),
         }
         if self.follow_up is not None:
             data["follow_up"] = dict(self.follow_up)
@@ -190,6 +225,15 @@ def default_corpus_dir() -> Path:
     return bundled("corpus")
 
 
+def case_files(root: Path | str) -> list[Path]:
+    """Every case file under ``root``: its ``*.json`` files, except those of the case sources
+    (``sources/``, the data ``python -m k2conform.case.generate`` expands)."""
+    root = Path(root)
+    return [
+        path for path in sorted(root.rglob("*.json")) if path.relative_to(root).parts[0] != SOURCES
+    ]
+
+
 def load_corpus(root: Path | str | None = None) -> Corpus:
     """Load and validate every ``*.json`` case under ``root``; raise on the first bad file."""
     root = Path(root) if root is not None else default_corpus_dir()
@@ -197,7 +241,7 @@ def load_corpus(root: Path | str | None = None) -> Corpus:
         raise CorpusError(root, "-", "no such directory")
     corpus = Corpus()
     seen: dict[str, str] = {}
-    for path in sorted(root.rglob("*.json")):
+    for path in case_files(root):
         case = load_case(path)
         if case.id in seen:
             raise CorpusError(path, "id", f"duplicate id, also in {seen[case.id]}")
@@ -214,7 +258,7 @@ def load_corpus(root: Path | str | None = None) -> Corpus:
 def iter_problems(root: Path | str) -> Iterator[CorpusError]:
     """Every bad file under ``root`` (for ``check-corpus``, which reports them all)."""
     seen: dict[str, str] = {}
-    for path in sorted(Path(root).rglob("*.json")):
+    for path in case_files(root):
         try:
             case = load_case(path)
         except CorpusError as error:
@@ -237,7 +281,7 @@ def load_case(path: Path | str) -> Case:
 
 
 def case_from_json(data: Any, path: Path | str = "<memory>") -> Case:
-    check = _Checker(path)
+    check = FieldChecker(path)
     check.object(data, "", {"kind": True}, strict=False)
     kind = data["kind"]
     if kind == "completion":
@@ -257,29 +301,34 @@ def write_case(case: Case, directory: Path | str) -> Path:
     return path
 
 
-def _common(data: Mapping[str, Any], check: _Checker) -> tuple[str, str, tuple[str, ...], str]:
+def _common(data: Mapping[str, Any], check: FieldChecker) -> tuple[str, str, tuple[str, ...], str]:
     case_id = check.string(data["id"], "id")
     if not _ID_PATTERN.match(case_id):
-        raise CorpusError(check.path, "id", f"{case_id!r} must match {_ID_PATTERN.pattern} (y_/n_/i_ prefix)")
+        raise CorpusError(
+            check.path, "id", f"{case_id!r} must match {_ID_PATTERN.pattern} (y_/n_/i_ prefix)"
+        )
     stem = Path(check.path).stem
     if check.path != "<memory>" and stem != case_id:
         raise CorpusError(check.path, "id", f"{case_id!r} differs from the file name {stem!r}")
     description = check.string(data["description"], "description")
     if not description.strip() or "\n" in description:
         raise CorpusError(check.path, "description", "must be one non-empty line")
-    tags = tuple(check.string(t, f"tags[{i}]") for i, t in enumerate(check.array(data["tags"], "tags")))
+    tags = tuple(
+        check.string(t, f"tags[{i}]") for i, t in enumerate(check.array(data["tags"], "tags"))
+    )
     source = check.string(data["source"], "source")
     return case_id, description, tags, source
 
 
-def _completion(data: Mapping[str, Any], check: _Checker, path: str) -> CompletionCase:
+def _completion(data: Mapping[str, Any], check: FieldChecker, path: str) -> CompletionCase:
     check.object(data, "", _COMPLETION_KEYS)
     case_id, description, tags, source = _common(data, check)
     request = _request(data["request"], check)
     deltas = None
     if "deltas" in data:
         deltas = tuple(
-            check.string(d, f"deltas[{i}]") for i, d in enumerate(check.array(data["deltas"], "deltas"))
+            check.string(d, f"deltas[{i}]")
+            for i, d in enumerate(check.array(data["deltas"], "deltas"))
         )
     if "model_output" in data:
         model_output = check.string(data["model_output"], "model_output")
@@ -296,26 +345,29 @@ def _completion(data: Mapping[str, Any], check: _Checker, path: str) -> Completi
         raise CorpusError(path, "expected", "required for y_ and n_ cases")
     generator = None
     if "generator" in data:
-        generator = check.object(data["generator"], "generator", {"class": True, "seed": True}, strict=False)
-    return CompletionCase(case_id, description, tags, source, request, model_output, deltas, expected, generator, path)
+        generator = check.object(
+            data["generator"], "generator", {"class": True, "seed": True}, strict=False
+        )
+    return CompletionCase(
+        case_id, description, tags, source, request, model_output, deltas, expected, generator, path
+    )
 
 
-def _prompt(data: Mapping[str, Any], check: _Checker, path: str) -> PromptCase:
+def _prompt(data: Mapping[str, Any], check: FieldChecker, path: str) -> PromptCase:
     check.object(data, "", _PROMPT_KEYS)
     case_id, description, tags, source = _common(data, check)
-    messages = tuple(
-        check.object(m, f"messages[{i}]", {"role": True}, strict=False)
-        for i, m in enumerate(check.array(data["messages"], "messages"))
-    )
+    messages = _messages(data["messages"], check)
     tools = _tools(data.get("tools", []), check, "tools")
     add = data["add_generation_prompt"]
     if not isinstance(add, bool):
         raise CorpusError(path, "add_generation_prompt", "must be true or false")
     expected_prompt = check.string(data["expected_prompt"], "expected_prompt")
-    return PromptCase(case_id, description, tags, source, messages, tools, add, expected_prompt, path)
+    return PromptCase(
+        case_id, description, tags, source, messages, tools, add, expected_prompt, path
+    )
 
 
-def _probe(data: Mapping[str, Any], check: _Checker, path: str) -> ProbeCase:
+def _probe(data: Mapping[str, Any], check: FieldChecker, path: str) -> ProbeCase:
     check.object(data, "", _PROBE_KEYS)
     case_id, description, tags, source = _common(data, check)
     tools = _tools(data["tools"], check, "tools")
@@ -323,34 +375,51 @@ def _probe(data: Mapping[str, Any], check: _Checker, path: str) -> ProbeCase:
     tool_choice = _tool_choice(data.get("tool_choice", "auto"), check, "tool_choice")
     if isinstance(tool_choice, dict) and tool_choice["function"].get("name") not in names:
         raise CorpusError(path, "tool_choice.function.name", "must name a declared tool")
-    messages = tuple(
-        check.object(m, f"messages[{i}]", {"role": True}, strict=False)
-        for i, m in enumerate(check.array(data["messages"], "messages"))
-    )
+    messages = _messages(data["messages"], check)
     if not messages:
         raise CorpusError(path, "messages", "must not be empty")
     expect = _probe_expect(data["expect"], check, "expect", names)
     follow_up = None
     turns = 1
     if "follow_up" in data:
-        follow_up = check.object(data["follow_up"], "follow_up", {"tool_results": True, "expect": True})
-        results = check.object(follow_up["tool_results"], "follow_up.tool_results", {}, strict=False)
+        follow_up = check.object(
+            data["follow_up"], "follow_up", {"tool_results": True, "expect": True}
+        )
+        results = check.object(
+            follow_up["tool_results"], "follow_up.tool_results", {}, strict=False
+        )
         for name, value in results.items():
             if name not in names:
                 raise CorpusError(path, f"follow_up.tool_results.{name}", "must be a declared tool")
             check.string(value, f"follow_up.tool_results.{name}")
         _probe_expect(follow_up["expect"], check, "follow_up.expect", names)
         turns = 2
-    replay = tuple(check.string(r, f"replay[{i}]") for i, r in enumerate(check.array(data["replay"], "replay")))
+    replay = tuple(
+        check.string(r, f"replay[{i}]") for i, r in enumerate(check.array(data["replay"], "replay"))
+    )
     if len(replay) != turns:
         raise CorpusError(path, "replay", f"must hold one model output per turn ({turns})")
-    return ProbeCase(case_id, description, tags, source, tools, tool_choice, messages, expect, follow_up, replay, path)
+    return ProbeCase(
+        case_id,
+        description,
+        tags,
+        source,
+        tools,
+        tool_choice,
+        messages,
+        expect,
+        follow_up,
+        replay,
+        path,
+    )
 
 
-def _probe_expect(data: Any, check: _Checker, where: str, names: set[str]) -> Mapping[str, Any]:
+def _probe_expect(data: Any, check: FieldChecker, where: str, names: set[str]) -> Mapping[str, Any]:
     check.object(data, where, {"calls": True, "names": False, "min_calls": False})
     if data["calls"] not in _EXPECT_CALLS:
-        raise CorpusError(check.path, f"{where}.calls", f"must be one of {', '.join(_EXPECT_CALLS)}")
+        raise CorpusError(
+            check.path, f"{where}.calls", f"must be one of {', '.join(_EXPECT_CALLS)}"
+        )
     for i, name in enumerate(check.array(data.get("names", []), f"{where}.names")):
         if name not in names:
             raise CorpusError(check.path, f"{where}.names[{i}]", f"{name!r} is not a declared tool")
@@ -360,7 +429,7 @@ def _probe_expect(data: Any, check: _Checker, where: str, names: set[str]) -> Ma
     return data
 
 
-def _tool_choice(tool_choice: Any, check: _Checker, where: str) -> str | Mapping[str, Any]:
+def _tool_choice(tool_choice: Any, check: FieldChecker, where: str) -> str | Mapping[str, Any]:
     if isinstance(tool_choice, str):
         if tool_choice not in ("auto", "none", "required"):
             raise CorpusError(check.path, where, "must be auto, none, required or a named choice")
@@ -378,11 +447,14 @@ SERVER_OPTIONS: dict[str, str] = {
     "skip_special_tokens": "true or false",
     "parallel_tool_calls": "true or false",
     "stream_options": "an object with include_usage / continuous_usage_stats (true or false)",
-    "messages": "a non-empty array of chat messages (objects with a role), the conversation before the reply",
+    "messages": (
+        "a non-empty array of chat messages (objects with a role), the conversation before "
+        "the reply"
+    ),
 }
 
 
-def _server_options(data: Any, check: _Checker) -> dict[str, Any]:
+def _server_options(data: Any, check: FieldChecker) -> dict[str, Any]:
     where = "request.server_options"
     check.object(data, where, dict.fromkeys(SERVER_OPTIONS, False))
     for key, value in data.items():
@@ -390,10 +462,15 @@ def _server_options(data: Any, check: _Checker) -> dict[str, Any]:
             ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
         elif key == "stream_options":
             ok = isinstance(value, dict) and all(
-                k in ("include_usage", "continuous_usage_stats") and isinstance(v, bool) for k, v in value.items())
+                k in ("include_usage", "continuous_usage_stats") and isinstance(v, bool)
+                for k, v in value.items()
+            )
         elif key == "messages":
-            ok = isinstance(value, list) and bool(value) and all(
-                isinstance(m, dict) and isinstance(m.get("role"), str) for m in value)
+            ok = (
+                isinstance(value, list)
+                and bool(value)
+                and all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in value)
+            )
         else:
             ok = isinstance(value, bool)
         if not ok:
@@ -401,37 +478,105 @@ def _server_options(data: Any, check: _Checker) -> dict[str, Any]:
     return dict(data)
 
 
-def _request(data: Any, check: _Checker) -> Request:
-    check.object(data, "request", {"tools": False, "tool_choice": False, "thinking": False, "server_options": False})
+def _request(data: Any, check: FieldChecker) -> Request:
+    check.object(
+        data,
+        "request",
+        {"tools": False, "tool_choice": False, "thinking": False, "server_options": False},
+    )
     tools = _tools(data.get("tools", []), check, "request.tools")
     tool_choice = _tool_choice(data.get("tool_choice", "auto"), check, "request.tool_choice")
     thinking = data.get("thinking", False)
     if not isinstance(thinking, bool):
         raise CorpusError(check.path, "request.thinking", "must be true or false")
-    server_options = _server_options(data["server_options"], check) if "server_options" in data else {}
-    return Request(tools=tools, tool_choice=tool_choice, thinking=thinking, server_options=server_options)
+    server_options = (
+        _server_options(data["server_options"], check) if "server_options" in data else {}
+    )
+    return Request(
+        tools=tools, tool_choice=tool_choice, thinking=thinking, server_options=server_options
+    )
 
 
 def request_from_json(data: Any, source: str) -> Request:
     """A request given outside a case file (``parse``'s stdin, the adapter protocol), checked
     as a case's ``request`` is: a wrong shape is a :class:`CorpusError` naming the field."""
-    return _request(data, _Checker(source))
+    return _request(data, FieldChecker(source))
 
 
-def _tools(data: Any, check: _Checker, where: str) -> tuple[Mapping[str, Any], ...]:
+_Objects = tuple[Mapping[str, Any], ...]
+
+
+def conversation_from_json(data: Any, source: str) -> tuple[_Objects, _Objects, bool]:
+    """``render``'s input (messages, tools, add_generation_prompt) given outside a case file,
+    checked as a prompt case's fields are: a wrong shape is a :class:`CorpusError` naming
+    the field."""
+    check = FieldChecker(source)
+    check.object(data, "", {"messages": True, "tools": False, "add_generation_prompt": False})
+    add = check.boolean(data.get("add_generation_prompt", False), "add_generation_prompt")
+    return _messages(data["messages"], check), _tools(data.get("tools", []), check, "tools"), add
+
+
+def _messages(data: Any, check: FieldChecker) -> _Objects:
+    """Chat messages with every field the renderer reads in the shape it reads it, so a message
+    without a role fails here instead of rendering as a turn named ``None``."""
+    messages = []
+    for i, message in enumerate(check.array(data, "messages")):
+        where = f"messages[{i}]"
+        check.object(message, where, {"role": True}, strict=False)
+        if not isinstance(message["role"], str) or not message["role"]:
+            raise CorpusError(check.path, f"{where}.role", "must be a non-empty string")
+        check.optional_string(message.get("name"), f"{where}.name")
+        _content(message.get("content"), check, f"{where}.content")
+        if message["role"] == "tool":
+            check.object(message, where, {"tool_call_id": True}, strict=False)
+            check.string(message["tool_call_id"], f"{where}.tool_call_id")
+        for n, call in enumerate(
+            check.array(message.get("tool_calls") or [], f"{where}.tool_calls")
+        ):
+            at = f"{where}.tool_calls[{n}]"
+            check.object(call, at, {"id": True, "function": True}, strict=False)
+            check.string(call["id"], f"{at}.id")
+            check.object(call["function"], f"{at}.function", {"arguments": True}, strict=False)
+        messages.append(message)
+    return tuple(messages)
+
+
+def _content(content: Any, check: FieldChecker, where: str) -> None:
+    """A message's content: null, a string, or an array of parts (objects, any ``text`` a
+    string)."""
+    if content is None or isinstance(content, str):
+        return
+    if not isinstance(content, list):
+        kind = type(content).__name__
+        raise CorpusError(
+            check.path, where, f"must be a string, an array of parts or null, not {kind}"
+        )
+    for i, part in enumerate(content):
+        check.object(part, f"{where}[{i}]", {}, strict=False)
+        if "text" in part:
+            check.string(part["text"], f"{where}[{i}].text")
+
+
+def _tools(data: Any, check: FieldChecker, where: str) -> _Objects:
     tools = []
     for i, tool in enumerate(check.array(data, where)):
         check.object(tool, f"{where}[{i}]", {"type": True, "function": True})
         if tool["type"] != "function":
             raise CorpusError(check.path, f"{where}[{i}].type", "must be 'function'")
-        function = check.object(tool["function"], f"{where}[{i}].function", {"name": True}, strict=False)
+        function = check.object(
+            tool["function"], f"{where}[{i}].function", {"name": True}, strict=False
+        )
         check.string(function["name"], f"{where}[{i}].function.name")
         tools.append(tool)
     return tuple(tools)
 
 
-def _expectation(data: Any, check: _Checker, where: str) -> Expectation:
-    check.object(data, where, {"content": True, "reasoning": True, "tool_calls": True})
+def _expectation(data: Any, check: FieldChecker, where: str) -> Expectation:
+    check.object(
+        data,
+        where,
+        {"content": True, "reasoning": True, "tool_calls": True, "finish_reason": False},
+    )
     calls = []
     for i, call in enumerate(check.array(data["tool_calls"], f"{where}.tool_calls")):
         at = f"{where}.tool_calls[{i}]"
@@ -447,14 +592,33 @@ def _expectation(data: Any, check: _Checker, where: str) -> Expectation:
         content=check.optional_string(data["content"], f"{where}.content"),
         reasoning=check.optional_string(data["reasoning"], f"{where}.reasoning"),
         tool_calls=tuple(calls),
+        finish_reason=_finish_reason(data.get("finish_reason"), check, f"{where}.finish_reason"),
     )
 
 
+#: The finish reasons an OpenAI chat completion can end a turn of a tool-calling model with.
+FINISH_REASONS = ("stop", "tool_calls", "length")
+
+
+def _finish_reason(value: Any, check: "FieldChecker", where: str) -> str | None:
+    if value is None:
+        return None
+    if check.string(value, where) not in FINISH_REASONS:
+        raise CorpusError(
+            check.path, where, f"must be one of {', '.join(FINISH_REASONS)}, not {value!r}"
+        )
+    return value
+
+
 @dataclass
-class _Checker:
+class FieldChecker:
+    """Type checks that name the file and the field (case files and case sources)."""
+
     path: Path | str
 
-    def object(self, value: Any, where: str, keys: Mapping[str, bool], strict: bool = True) -> Mapping[str, Any]:
+    def object(
+        self, value: Any, where: str, keys: Mapping[str, bool], strict: bool = True
+    ) -> Mapping[str, Any]:
         """``keys`` maps each allowed key to whether it is required."""
         label = where or "<top>"
         if not isinstance(value, dict):
@@ -465,7 +629,9 @@ class _Checker:
         if strict:
             for key in value:
                 if key not in keys:
-                    raise CorpusError(self.path, _join(where, key), f"unknown field (allowed: {', '.join(keys)})")
+                    raise CorpusError(
+                        self.path, _join(where, key), f"unknown field (allowed: {', '.join(keys)})"
+                    )
         return value
 
     def array(self, value: Any, where: str) -> Sequence[Any]:
@@ -480,6 +646,18 @@ class _Checker:
 
     def optional_string(self, value: Any, where: str) -> str | None:
         return None if value is None else self.string(value, where)
+
+    def boolean(self, value: Any, where: str) -> bool:
+        if not isinstance(value, bool):
+            raise CorpusError(
+                self.path, where, f"must be true or false, not {type(value).__name__}"
+            )
+        return value
+
+    def integer(self, value: Any, where: str) -> int:
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise CorpusError(self.path, where, f"must be an integer, not {type(value).__name__}")
+        return value
 
 
 def _join(where: str, key: str) -> str:

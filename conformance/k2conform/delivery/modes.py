@@ -27,22 +27,34 @@ MODES: dict[str, str] = {
     "stream-token": "one token per delta, as an engine streams it",
     "stream-burst": "BURST tokens per delta (default 4), as speculative decoding streams it",
     "stream-char": "one character per delta (text-level, no token ids)",
-    "stream-marker-split": "9 streams that together cut every marker at every inner offset; text between markers in one delta (text-level)",
+    "stream-marker-split": "9 streams that together cut every marker at every inner offset; text "
+    "between markers in one delta (text-level)",
     "stream-random": "seeded random cut points; the seed is recorded with the result (text-level)",
     "stream-recorded": "the case's own recorded deltas, only cases that have them (text-level)",
-    "server-whole": "the output's token ids forced through a real server, reply not streamed (server adapters only)",
-    "server-stream": "the output's token ids forced through a real server, reply streamed over SSE (server adapters only)",
+    "server-whole": "the output's token ids forced through a real server, reply not streamed "
+    "(server adapters only)",
+    "server-stream": "the output's token ids forced through a real server, reply streamed over SSE "
+    "(server adapters only)",
 }
 #: Modes only a server adapter (one with ``delivery_modes``) takes: the server tokenizes,
 #: detokenizes and streams by itself, so the delta is the whole script of token ids.
 SERVER_MODES = ("server-whole", "server-stream")
-TOKEN_ALIGNED_MODES = ("whole", "stream-token", "stream-burst", *SERVER_MODES)
+#: Not a delivery mode: the column ``k2conform grammar`` adds (an engine's own grammar against its
+#: own parser, docs/grammar.md).  What its grammar admits reaches the parser token-aligned.
+GRAMMAR_MODE = "grammar"
+TOKEN_ALIGNED_MODES = ("whole", "stream-token", "stream-burst", *SERVER_MODES, GRAMMAR_MODE)
+#: Deliveries that cut the text without regard to tokens, as a text replay or a proxy does.
+TEXT_LEVEL_MODES = tuple(m for m in MODES if m not in TOKEN_ALIGNED_MODES)
 DEFAULT_MODES = tuple(m for m in MODES if m != "stream-recorded" and m not in SERVER_MODES)
 
 
 def adapter_modes(adapter: object) -> tuple[str, ...]:
     """The modes an adapter takes: its ``delivery_modes``, else every non-server mode."""
-    return tuple(getattr(adapter, "delivery_modes", None) or (m for m in MODES if m not in SERVER_MODES))
+    return tuple(
+        getattr(adapter, "delivery_modes", None) or (m for m in MODES if m not in SERVER_MODES)
+    )
+
+
 DEFAULT_BURST = 4
 DEFAULT_SEED = 20261130
 MARKER_SPLIT_STRIDE = 9
@@ -145,7 +157,9 @@ def _marker_splits(text: str, spans: list[tuple[int, str]]) -> list[Delivery]:
             occurrences.append((start, marker))
             start = text.find(marker, start + len(marker))
     if not occurrences:
-        return [Delivery("stream-marker-split", cut(text, _token_ends(spans)), variant="no markers")]
+        return [
+            Delivery("stream-marker-split", cut(text, _token_ends(spans)), variant="no markers")
+        ]
     edges = {start for start, _ in occurrences} | {start + len(m) for start, m in occurrences}
     longest = max(len(m) for _, m in occurrences)
     streams = []

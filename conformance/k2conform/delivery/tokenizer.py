@@ -27,6 +27,7 @@ import functools
 import heapq
 import json
 import os
+import re
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -301,18 +302,21 @@ def _spell(token: bytes) -> str:
 
 def _split_long_runs(s: str, limit: int = _MAX_NO_WHITESPACES_CHARS) -> Iterator[str]:
     """tokenization_kimi.py's guard: no piece with more than ``limit`` consecutive
-    whitespace or non-whitespace characters (tiktoken issue #195)."""
-    run, is_space, start = 0, s[:1].isspace(), 0
-    for i, ch in enumerate(s):
-        now = ch.isspace()
-        if now != is_space:
-            run, is_space = 1, now
-        else:
-            run += 1
-            if run > limit:
-                yield s[start:i]
-                start, run = i, 1
+    whitespace or non-whitespace characters (tiktoken issue #195): a run is cut every
+    ``limit`` characters from its start.  A regex finds the long runs (``\\s`` is
+    ``str.isspace``), not a loop over characters: servers that re-tokenise the whole
+    text on every delta call this once per delta."""
+    start = 0
+    for run in _long_runs(limit).finditer(s):
+        for cut in range(run.start() + limit, run.end(), limit):
+            yield s[start:cut]
+            start = cut
     yield s[start:]
+
+
+@functools.lru_cache(maxsize=8)
+def _long_runs(limit: int) -> re.Pattern[str]:
+    return re.compile(rf"\s{{{limit + 1},}}|\S{{{limit + 1},}}")
 
 
 # --------------------------------------------------------------------------------------
@@ -476,12 +480,34 @@ def standin_training_text() -> str:
     """The stand-in's training text: the hand-written corpus plus generated tool calls."""
     parts = [STANDIN_CORPUS_FILE.read_text(encoding="utf-8")]
     names = [
-        "get_weather", "search", "read_file", "write_file", "run_command", "get_time",
-        "send_email", "calculate", "translate", "list_files", "create_event", "lookup_user",
+        "get_weather",
+        "search",
+        "read_file",
+        "write_file",
+        "run_command",
+        "get_time",
+        "send_email",
+        "calculate",
+        "translate",
+        "list_files",
+        "create_event",
+        "lookup_user",
     ]
     cities = [
-        "Paris", "London", "Tokyo", "New York", "Beijing", "Berlin", "Madrid", "Rome",
-        "Sydney", "北京", "上海", "東京", "서울", "São Paulo",
+        "Paris",
+        "London",
+        "Tokyo",
+        "New York",
+        "Beijing",
+        "Berlin",
+        "Madrid",
+        "Rome",
+        "Sydney",
+        "北京",
+        "上海",
+        "東京",
+        "서울",
+        "São Paulo",
     ]
     units = ["celsius", "fahrenheit"]
     for i, name in enumerate(names):
@@ -509,7 +535,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``python -m k2conform.delivery.tokenizer --rebuild`` rewrites ``data/standin.tiktoken``."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m k2conform.delivery.tokenizer", description=main.__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m k2conform.delivery.tokenizer", description=main.__doc__
+    )
     parser.add_argument("--rebuild", action="store_true", help="retrain and rewrite the ranks file")
     args = parser.parse_args(argv)
     if args.rebuild:

@@ -1,1 +1,2 @@
-"""Stage 4, judging: canonical results compared with the expectation, streams reassembled and checked."""
+"""Stage 4, judging: canonical results compared with the expectation, streams reassembled and
+checked."""

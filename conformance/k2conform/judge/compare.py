@@ -15,6 +15,7 @@ from typing import Any
 
 from k2conform.model import FieldDiff, Result, ToolCall
 
+
 class _Duplicate(ValueError):
     pass
 

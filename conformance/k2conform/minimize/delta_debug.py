@@ -13,9 +13,9 @@ rounds until nothing changes:
    ``stream-marker-split``, recorded deltas): each cut removed while the signature holds.
 
 Then it writes ``corpus/findings/<id>.json``: the expectation is the reference's result, the
-verdict follows the reference policies that fired (``i_`` when the spec does not decide,
-else ``n_``/``y_``), and the description and source record the signature, the delivery and
-every adapter's observed result.  A text-level case keeps its deltas, so the matrix replays
+prefix is the verdict rule's (:mod:`k2conform.case.verdict`, the rule every corpus id
+follows), and the description and source record the signature, the delivery and every
+adapter's observed result.  A text-level case keeps its deltas, so the matrix replays
 them as ``stream-recorded``.  Everything is deterministic: the same input gives the same case.
 """
 
@@ -33,7 +33,9 @@ from k2conform import markers as mk
 from k2conform.fuzzing.signature import matches
 from k2conform.model import Request
 
-_MARKERS = tuple(sorted(set(mk.LEAK_MARKERS + (mk.THINK_BEGIN, mk.THINK_END, mk.IM_END)), key=len, reverse=True))
+_MARKERS = tuple(
+    sorted(set(mk.LEAK_MARKERS + (mk.THINK_BEGIN, mk.THINK_END, mk.IM_END)), key=len, reverse=True)
+)
 _MARKER_RE = re.compile("|".join(re.escape(m) for m in _MARKERS))
 
 
@@ -50,7 +52,9 @@ def segments(text: str, split_text: bool, split_markers: bool) -> list[tuple[int
     for m in _MARKER_RE.finditer(text):
         if m.start() > position:
             units.extend(_run(position, m.start(), split_text))
-        units.extend(_run(m.start(), m.end(), split_markers) if split_markers else [(m.start(), m.end())])
+        units.extend(
+            _run(m.start(), m.end(), split_markers) if split_markers else [(m.start(), m.end())]
+        )
         position = m.end()
     if position < len(text):
         units.extend(_run(position, len(text), split_text))
@@ -83,8 +87,11 @@ def remove(candidate: Candidate, ranges: Sequence[tuple[int, int]]) -> Candidate
     return Candidate(candidate.request, new_text, cuts)
 
 
-def ddmin(candidate: Candidate, units_of: Callable[[Candidate], list[tuple[int, int]]],
-          holds: Callable[[Candidate], bool]) -> Candidate:
+def ddmin(
+    candidate: Candidate,
+    units_of: Callable[[Candidate], list[tuple[int, int]]],
+    holds: Callable[[Candidate], bool],
+) -> Candidate:
     """Delete chunks of units (halving the chunk size) while ``holds``; deterministic."""
     units = units_of(candidate)
     chunk = max(1, len(units) // 2)
@@ -124,7 +131,9 @@ def shrink_request(candidate: Candidate, holds: Callable[[Candidate], bool]) -> 
     tools = list(candidate.request.tools)
     i = 0
     while i < len(tools) and len(tools) > 1:
-        trial = replace(candidate, request=replace(candidate.request, tools=tuple(tools[:i] + tools[i + 1 :])))
+        trial = replace(
+            candidate, request=replace(candidate.request, tools=tuple(tools[:i] + tools[i + 1 :]))
+        )
         if holds(trial):
             candidate, tools = trial, tools[:i] + tools[i + 1 :]
         else:
@@ -147,11 +156,15 @@ class Minimizer:
         self.tests = 0
 
     def observe(self, candidate: Candidate) -> Any:
-        mode = "stream-split" if candidate.cuts is not None else self.mode
+        mode = "stream-recorded" if candidate.cuts is not None else self.mode
         return self.engine.observe(candidate.request, candidate.text, mode, candidate.cuts)
 
     def holds(self, candidate: Candidate) -> bool:
-        key = (json.dumps(candidate.request.to_json(), sort_keys=True), candidate.text, candidate.cuts)
+        key = (
+            json.dumps(candidate.request.to_json(), sort_keys=True),
+            candidate.text,
+            candidate.cuts,
+        )
         if key not in self.cache:
             self.tests += 1
             self.cache[key] = matches(self.signature, self.observe(candidate).signature)
@@ -191,20 +204,35 @@ def read_input(path: Path) -> tuple[Request, str, tuple[str, ...] | None, str | 
         from k2conform.fuzzing.envelope import decode
 
         fuzz = decode(raw)
-        pieces = tuple(d.text for d in cut(fuzz.text, fuzz.split_points())) if fuzz.cuts is not None else None
-        return fuzz.request(), fuzz.text, pieces, "stream-split" if pieces else None, None
+        pieces = (
+            tuple(d.text for d in cut(fuzz.text, fuzz.split_points()))
+            if fuzz.cuts is not None
+            else None
+        )
+        return fuzz.request(), fuzz.text, pieces, "stream-recorded" if pieces else None, None
     if data.get("kind") == "completion":
         from k2conform.case.corpus import case_from_json
 
         case = case_from_json(data)
         generator = case.generator or {}
-        return case.request, case.model_output, case.deltas, generator.get("delivery"), generator.get("signature")
+        return (
+            case.request,
+            case.model_output,
+            case.deltas,
+            generator.get("delivery"),
+            generator.get("signature"),
+        )
     if "model_output" not in data and "deltas" not in data:
         raise UsageError(f"{path}: neither a case file nor a payload with 'model_output'")
     deltas = tuple(data["deltas"]) if data.get("deltas") is not None else None
-    text = data.get("model_output") if data.get("model_output") is not None else "".join(deltas or ())
-    request = Request(tools=tuple(data.get("tools") or ()), tool_choice=data.get("tool_choice", "auto"),
-                      thinking=bool(data.get("thinking", False)))
+    text = (
+        data.get("model_output") if data.get("model_output") is not None else "".join(deltas or ())
+    )
+    request = Request(
+        tools=tuple(data.get("tools") or ()),
+        tool_choice=data.get("tool_choice", "auto"),
+        thinking=bool(data.get("thinking", False)),
+    )
     return request, text, deltas, data.get("delivery"), data.get("signature")
 
 
@@ -216,13 +244,19 @@ def _cuts_of(pieces: Sequence[str]) -> tuple[int, ...]:
     return tuple(cuts)
 
 
-def minimize_input(engine: Any, request: Request, text: str, mode: str,
-                   deltas: Sequence[str] | None = None, target_signature: str | None = None) -> tuple[Any, Candidate, Candidate, Minimizer]:
+def minimize_input(
+    engine: Any,
+    request: Request,
+    text: str,
+    mode: str,
+    deltas: Sequence[str] | None = None,
+    target_signature: str | None = None,
+) -> tuple[Any, Candidate, Candidate, Minimizer]:
     """(final observation, starting candidate, minimised candidate, minimiser)."""
-    from k2conform.fuzzing.engine import TEXT_LEVEL
+    from k2conform.delivery.modes import TEXT_LEVEL_MODES
 
-    if mode in TEXT_LEVEL:
-        if deltas is None or mode not in ("stream-recorded", "stream-split"):
+    if mode in TEXT_LEVEL_MODES:
+        if deltas is None or mode != "stream-recorded":
             first = engine.observe(request, text, mode)
             deltas = first.deltas
         start = Candidate(request, text, _cuts_of(deltas or (text,)))
@@ -242,14 +276,24 @@ def minimize_input(engine: Any, request: Request, text: str, mode: str,
 
 
 def add_parser(subparsers: Any) -> None:
-    p = subparsers.add_parser("minimize", help="shrink a disagreeing input and write it as a corpus case")
+    p = subparsers.add_parser(
+        "minimize", help="shrink a disagreeing input and write it as a corpus case"
+    )
     p.description = __doc__.split("\n\n")[1].replace("\n", " ")
     p.add_argument("input", type=Path, help="a case file, a JSON payload or a raw fuzz input")
-    p.add_argument("--delivery", help="delivery mode (default: the one the input names, else whole; "
-                   "stream-recorded replays the input's deltas)")
-    p.add_argument("--adapter", action="append", help="adapter under test (repeatable; default: all available)")
-    p.add_argument("--signature", help="the signature to keep, e.g. sglang:leaked-marker (default: the one the "
-                   "input names, else its own); adapters it does not name may change")
+    p.add_argument(
+        "--delivery",
+        help="delivery mode (default: the one the input names, else whole; "
+        "stream-recorded replays the input's deltas)",
+    )
+    p.add_argument(
+        "--adapter", action="append", help="adapter under test (repeatable; default: all available)"
+    )
+    p.add_argument(
+        "--signature",
+        help="the signature to keep, e.g. sglang:leaked-marker (default: the one the "
+        "input names, else its own); adapters it does not name may change",
+    )
     p.add_argument("--out", type=Path, help="directory for the case (default: corpus/findings)")
     p.add_argument("--target", default="differential", help=argparse.SUPPRESS)
     p.add_argument("--dry-run", action="store_true", help="print the case instead of writing it")
@@ -267,25 +311,39 @@ def cmd_minimize(args: argparse.Namespace) -> int:
 
     request, text, deltas, named, named_signature = read_input(args.input)
     mode = args.delivery or named or ("stream-recorded" if deltas is not None else "whole")
-    if mode not in FUZZ_MODES + ("stream-recorded",):
+    if mode not in FUZZ_MODES:
         raise UsageError(f"unknown delivery mode {mode!r}")
     if mode == "stream-recorded" and deltas is None:
         raise UsageError("--delivery stream-recorded needs deltas in the input")
     logging.disable(logging.CRITICAL)
     warnings.simplefilter("ignore")
     engine = Engine(args.adapter)
-    observation, start, small, minimizer = minimize_input(engine, request, text, mode, deltas,
-                                                             args.signature or named_signature)
+    observation, start, small, minimizer = minimize_input(
+        engine, request, text, mode, deltas, args.signature or named_signature
+    )
     if observation is None:
-        print(f"k2conform minimize: no disagreement{' with signature ' + args.signature if args.signature else ''} "
-              f"in {mode} for {args.input}", file=sys.stderr)
+        print(
+            "k2conform minimize: no "
+            f"disagreement{' with signature ' + args.signature if args.signature else ''} "
+            f"in {mode} for {args.input}",
+            file=sys.stderr,
+        )
         return 1
-    case = finding_case(small.request, small.text, observation, args.target, minimised=True,
-                        focus=minimizer.signature)
-    print(f"signature {observation.signature} in {mode}: {len(start.text)} -> {len(small.text)} characters, "
-          f"{len(start.cuts or ()) + 1 if start.cuts is not None else '-'} -> "
-          f"{len(small.cuts or ()) + 1 if small.cuts is not None else '-'} deltas, "
-          f"{len(start.request.tools)} -> {len(small.request.tools)} tools, {minimizer.tests} tests")
+    case = finding_case(
+        small.request,
+        small.text,
+        observation,
+        args.target,
+        minimised=True,
+        focus=minimizer.signature,
+    )
+    print(
+        f"signature {observation.signature} in {mode}: {len(start.text)} -> {len(small.text)} "
+        "characters, "
+        f"{len(start.cuts or ()) + 1 if start.cuts is not None else '-'} -> "
+        f"{len(small.cuts or ()) + 1 if small.cuts is not None else '-'} deltas, "
+        f"{len(start.request.tools)} -> {len(small.request.tools)} tools, {minimizer.tests} tests"
+    )
     if args.dry_run:
         sys.stdout.write(dumps_canonical(case.to_json()))
         return 0

@@ -43,11 +43,38 @@ _STRAY_OUTSIDE_SECTION = (*_SECTION_ENDS, mk.ARGUMENT_BEGIN, mk.CALL_END)
 
 #: The markers each state reacts to; any other text there is that state's text.
 _STATE_MARKERS: dict[State, tuple[str, ...]] = {
-    State.THINK: (mk.THINK_END, *_SECTION_BEGINS, mk.CALL_BEGIN, mk.IM_END, *_STRAY_OUTSIDE_SECTION),
+    State.THINK: (
+        mk.THINK_END,
+        *_SECTION_BEGINS,
+        mk.CALL_BEGIN,
+        mk.IM_END,
+        *_STRAY_OUTSIDE_SECTION,
+    ),
     State.TEXT: (*_SECTION_BEGINS, mk.CALL_BEGIN, mk.IM_END, *_STRAY_OUTSIDE_SECTION),
-    State.SECTION: (mk.CALL_BEGIN, *_SECTION_ENDS, mk.IM_END, mk.ARGUMENT_BEGIN, mk.CALL_END, *_SECTION_BEGINS),
-    State.HEADER: (mk.ARGUMENT_BEGIN, mk.CALL_BEGIN, *_SECTION_ENDS, mk.CALL_END, mk.IM_END, *_SECTION_BEGINS),
-    State.ARGS: (mk.CALL_END, mk.CALL_BEGIN, *_SECTION_ENDS, mk.IM_END, mk.ARGUMENT_BEGIN, *_SECTION_BEGINS),
+    State.SECTION: (
+        mk.CALL_BEGIN,
+        *_SECTION_ENDS,
+        mk.IM_END,
+        mk.ARGUMENT_BEGIN,
+        mk.CALL_END,
+        *_SECTION_BEGINS,
+    ),
+    State.HEADER: (
+        mk.ARGUMENT_BEGIN,
+        mk.CALL_BEGIN,
+        *_SECTION_ENDS,
+        mk.CALL_END,
+        mk.IM_END,
+        *_SECTION_BEGINS,
+    ),
+    State.ARGS: (
+        mk.CALL_END,
+        mk.CALL_BEGIN,
+        *_SECTION_ENDS,
+        mk.IM_END,
+        mk.ARGUMENT_BEGIN,
+        *_SECTION_BEGINS,
+    ),
 }
 #: Per state, the next "<" that can begin one of its markers (or the data ends after it);
 #: any other "<" is text of the state.
@@ -119,8 +146,13 @@ class ReferenceParser:
     # -- public API -------------------------------------------------------------------
 
     def feed(self, text: str) -> StreamEvent | None:
-        if (self._in_string and self._state is State.ARGS and not self._pending
-                and self._held is None and not _ARGS_INSIDE_STRING.search(text)):
+        if (
+            self._in_string
+            and self._state is State.ARGS
+            and not self._pending
+            and self._held is None
+            and not _ARGS_INSIDE_STRING.search(text)
+        ):
             # The hot path of a long streamed argument: plain text inside a JSON string,
             # exactly what _scan_args and _args_text would do with it, minus the calls.
             call = self._calls[-1]
@@ -165,7 +197,11 @@ class ReferenceParser:
                 pos = self._scan_args(data, pos, final)
                 continue
             if self._at_output_start:
-                if len(data) - pos < len(mk.THINK_BEGIN) and mk.THINK_BEGIN.startswith(data[pos:]) and not final:
+                if (
+                    len(data) - pos < len(mk.THINK_BEGIN)
+                    and mk.THINK_BEGIN.startswith(data[pos:])
+                    and not final
+                ):
                     self._pending = data[pos:]
                     return
                 self._at_output_start = False
@@ -316,7 +352,9 @@ class ReferenceParser:
                 self._fire("STRUCT.stray-marker")
                 return
             if state is State.THINK:
-                self._fire("THINK.end" if marker == mk.THINK_END else "THINK.implicit-end-at-section")
+                self._fire(
+                    "THINK.end" if marker == mk.THINK_END else "THINK.implicit-end-at-section"
+                )
                 if marker == mk.THINK_END:
                     self._state = State.TEXT
                     return
@@ -324,7 +362,11 @@ class ReferenceParser:
             if marker == mk.CALL_BEGIN:
                 self._begin_header()
             return
-        if state is State.ARGS and marker != mk.CALL_END and marker not in _SECTION_BEGINS + (mk.ARGUMENT_BEGIN,):
+        if (
+            state is State.ARGS
+            and marker != mk.CALL_END
+            and marker not in _SECTION_BEGINS + (mk.ARGUMENT_BEGIN,)
+        ):
             self._fire("STRUCT.missing-call-end")
         if marker == mk.CALL_BEGIN:
             self._end_call()

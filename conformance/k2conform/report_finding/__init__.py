@@ -1,1 +1,2 @@
-"""A user-facing tool: ``k2conform report-finding``, an upstream-ready bug report with a reproduction."""
+"""A user-facing tool: ``k2conform report-finding``, an upstream-ready bug report with a
+reproduction."""

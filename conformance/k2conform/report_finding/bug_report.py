@@ -1,4 +1,5 @@
-"""``k2conform report-finding CASE --adapter NAME``: a Markdown bug report for a parser's maintainers.
+"""``k2conform report-finding CASE --adapter NAME``: a Markdown bug report for a parser's
+maintainers.
 
 The report has what a maintainer needs and nothing of k2conform's internals: the raw model
 output (markers made visible, and the exact JSON string), the request, the delivery (every
@@ -48,28 +49,55 @@ _BLOCK = (
 
 
 def add_parser(subparsers: Any) -> None:
-    p = subparsers.add_parser("report-finding", help="write a Markdown bug report (with a standalone repro) for one finding")
+    p = subparsers.add_parser(
+        "report-finding",
+        help="write a Markdown bug report (with a standalone repro) for one finding",
+    )
     p.description = (
-        "Runs CASE through ADAPTER in MODE, and writes a Markdown report for the parser's maintainers: "
-        "the model output with markers visible, the deltas, the parser's result, the expected one and the "
-        "other parsers' results, and a reproduction script that imports only the parser's package. The "
+        "Runs CASE through ADAPTER in MODE, and writes a Markdown report for the parser's "
+        "maintainers: "
+        "the model output with markers visible, the deltas, the parser's result, the expected one "
+        "and the "
+        "other parsers' results, and a reproduction script that imports only the parser's package. "
+        "The "
         "script is run once here (k2conform unimportable) to confirm it reproduces. Run it in the "
         "environment where the parser is installed (.venvs/NAME/bin/k2conform report-finding ...). "
         "Exit status: 0 reproduced, 1 not reproduced, 2 usage error."
     )
     p.add_argument("case", help="case id")
     p.add_argument("--adapter", required=True, help="in-process adapter name (see list-adapters)")
-    p.add_argument("--delivery", default="whole", choices=list(dl.MODES), help="delivery mode (default: whole)")
-    p.add_argument("--out", type=Path, help="report file (default: stdout); the script is written beside it as .py")
-    p.add_argument("--compare", action="append", metavar="ADAPTER",
-                   help="other adapters to show (repeatable; default: every available registered adapter)")
-    p.add_argument("--results", type=Path, help="a results JSON of k2conform run: its cells for this case and mode "
-                   "are shown too (parsers in other environments)")
+    p.add_argument(
+        "--delivery", default="whole", choices=list(dl.MODES), help="delivery mode (default: whole)"
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        help="report file (default: stdout); the script is written beside it as .py",
+    )
+    p.add_argument(
+        "--compare",
+        action="append",
+        metavar="ADAPTER",
+        help="other adapters to show (repeatable; default: every available registered adapter)",
+    )
+    p.add_argument(
+        "--results",
+        type=Path,
+        help="a results JSON of k2conform run: its cells for this case and mode "
+        "are shown too (parsers in other environments)",
+    )
     p.add_argument("--corpus", type=Path, help="corpus directory (default: the shipped corpus)")
     p.add_argument("--seed", type=int, default=dl.DEFAULT_SEED)
     p.add_argument("--burst", type=int, default=dl.DEFAULT_BURST)
-    p.add_argument("--tokenizer", help="directory with the real tiktoken.model and tokenizer_config.json")
-    p.add_argument("--timeout", type=float, default=20.0, help="seconds before the parse is a timeout (re-run once with 10x)")
+    p.add_argument(
+        "--tokenizer", help="directory with the real tiktoken.model and tokenizer_config.json"
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=20.0,
+        help="seconds before the parse is a timeout (re-run once with 10x)",
+    )
     p.add_argument("--no-run", action="store_true", help="do not run the reproduction script")
     p.set_defaults(handler=cmd_report_finding)
 
@@ -85,13 +113,23 @@ def cmd_report_finding(args: argparse.Namespace) -> int:
     adapter = create_adapter(args.adapter)
     availability = load(adapter)
     if availability.status != "ok":
-        raise UsageError(f"adapter {adapter.name} is {availability.status} here: {availability.reason}")
+        raise UsageError(
+            f"adapter {adapter.name} is {availability.status} here: {availability.reason}"
+        )
     tokenizer = load_tokenizer(args.tokenizer)
     cell = run_cell(adapter, case, args.delivery, CellSettings.from_args(args), availability)
     if not cell.outcome.finding:
-        raise UsageError(f"{case.id} [{args.delivery}] is {cell.outcome} for {adapter.name}: not a finding")
-    variants = dl.deliveries(case.model_output, args.delivery, tokenizer, seed=dl.case_seed(args.seed, case.id),
-                             recorded=case.deltas, burst=args.burst)
+        raise UsageError(
+            f"{case.id} [{args.delivery}] is {cell.outcome} for {adapter.name}: not a finding"
+        )
+    variants = dl.deliveries(
+        case.model_output,
+        args.delivery,
+        tokenizer,
+        seed=dl.case_seed(args.seed, case.id),
+        recorded=case.deltas,
+        burst=args.burst,
+    )
     variant = next((v for v in variants if v.label == cell.variant), variants[0])
 
     others = _other_results(args, adapter.name, case, variant)
@@ -110,7 +148,10 @@ def cmd_report_finding(args: argparse.Namespace) -> int:
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(report, encoding="utf-8")
-        print(f"report written to {args.out}" + (f", script to {script_path}" if script_path else ""), file=sys.stderr)
+        print(
+            f"report written to {args.out}" + (f", script to {script_path}" if script_path else ""),
+            file=sys.stderr,
+        )
     else:
         sys.stdout.write(report)
     if verdict is not None:
@@ -118,7 +159,9 @@ def cmd_report_finding(args: argparse.Namespace) -> int:
     return 0 if verdict is not None and verdict[0] else 1
 
 
-def _script(adapter: Any, case: CompletionCase, variant: dl.Delivery, expected: dict | None) -> str | None:
+def _script(
+    adapter: Any, case: CompletionCase, variant: dl.Delivery, expected: dict | None
+) -> str | None:
     method = getattr(adapter, "repro_script", None)
     if method is None:
         return None
@@ -126,7 +169,12 @@ def _script(adapter: Any, case: CompletionCase, variant: dl.Delivery, expected: 
     parameters = inspect.signature(method).parameters
     if not any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
         context = {k: v for k, v in context.items() if k in parameters}
-    return method(case.request, list(variant.deltas), "whole" if not variant.streaming else variant.mode, **context)
+    return method(
+        case.request,
+        list(variant.deltas),
+        "whole" if not variant.streaming else variant.mode,
+        **context,
+    )
 
 
 def run_script(script: str, timeout: float = SCRIPT_TIMEOUT) -> dict[str, Any]:
@@ -135,11 +183,21 @@ def run_script(script: str, timeout: float = SCRIPT_TIMEOUT) -> dict[str, Any]:
         path = Path(tmp) / "repro.py"
         path.write_text(script, encoding="utf-8")
         try:
-            done = subprocess.run([sys.executable, "-c", _BLOCK.format(path=str(path))], cwd=tmp,
-                                  capture_output=True, text=True, timeout=timeout)
+            done = subprocess.run(
+                [sys.executable, "-c", _BLOCK.format(path=str(path))],
+                cwd=tmp,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+            )
         except subprocess.TimeoutExpired as expired:
-            return {"status": None, "timeout": True, "stdout": expired.stdout or "", "stderr": expired.stderr or "",
-                    "observed": None}
+            return {
+                "status": None,
+                "timeout": True,
+                "stdout": expired.stdout or "",
+                "stderr": expired.stderr or "",
+                "observed": None,
+            }
     lines = [line for line in done.stdout.splitlines() if line.strip()]
     observed = None
     if lines:
@@ -147,15 +205,22 @@ def run_script(script: str, timeout: float = SCRIPT_TIMEOUT) -> dict[str, Any]:
             observed = json.loads(lines[-1])
         except json.JSONDecodeError:
             observed = None
-    return {"status": done.returncode, "timeout": False, "stdout": done.stdout, "stderr": done.stderr,
-            "observed": observed}
+    return {
+        "status": done.returncode,
+        "timeout": False,
+        "stdout": done.stdout,
+        "stderr": done.stderr,
+        "observed": observed,
+    }
 
 
 def reproduces(case: CompletionCase, cell: Any, run: dict[str, Any]) -> tuple[bool, str]:
     """Whether the script's own result shows the finding (judged by k2conform's comparison)."""
     observed = run.get("observed")
     if cell.outcome == "timeout":
-        return bool(run.get("timeout")), "the script timed out too" if run.get("timeout") else "the script returned"
+        return bool(run.get("timeout")), "the script timed out too" if run.get(
+            "timeout"
+        ) else "the script returned"
     if not isinstance(observed, dict):
         return False, f"the script printed no result (exit status {run.get('status')})"
     if cell.outcome == "crash":
@@ -165,46 +230,86 @@ def reproduces(case: CompletionCase, cell: Any, run: dict[str, Any]) -> tuple[bo
     if "crash" in observed:
         return False, f"the script's parser raised instead: {observed['crash']}"
     result = Result(
-        content=observed.get("content"), reasoning=observed.get("reasoning"),
-        tool_calls=tuple(ToolCall(name=c.get("name") or "", arguments=c.get("arguments") or "", id=c.get("id"))
-                         for c in observed.get("tool_calls") or ()),
+        content=observed.get("content"),
+        reasoning=observed.get("reasoning"),
+        tool_calls=tuple(
+            ToolCall(name=c.get("name") or "", arguments=c.get("arguments") or "", id=c.get("id"))
+            for c in observed.get("tool_calls") or ()
+        ),
     )
-    script_fields = {d.field for d in compare_results(case.expected.as_result(), result)} if case.expected else set()
+    script_fields = (
+        {d.field for d in compare_results(case.expected.as_result(), result)}
+        if case.expected
+        else set()
+    )
     cell_fields = {f for f in cell.fields if f in MESSAGE_FIELDS}
     if not cell_fields:
-        return False, ("the finding is a stream invariant (" + ", ".join(cell.fields)
-                       + "), which a script checking the final message cannot show")
+        return False, (
+            "the finding is a stream invariant ("
+            + ", ".join(cell.fields)
+            + "), which a script checking the final message cannot show"
+        )
     if script_fields == cell_fields:
-        return True, f"the script's result differs from the expectation in the same fields ({', '.join(sorted(cell_fields))})"
-    return False, (f"the script's result differs in {sorted(script_fields) or 'nothing'}, "
-                   f"the cell in {sorted(cell_fields)}")
+        return (
+            True,
+            "the script's result differs from the expectation in the same fields "
+            f"({', '.join(sorted(cell_fields))})",
+        )
+    return False, (
+        f"the script's result differs in {sorted(script_fields) or 'nothing'}, "
+        f"the cell in {sorted(cell_fields)}"
+    )
 
 
-def _other_results(args: argparse.Namespace, target: str, case: CompletionCase, variant: dl.Delivery) -> list[dict[str, Any]]:
+def _other_results(
+    args: argparse.Namespace, target: str, case: CompletionCase, variant: dl.Delivery
+) -> list[dict[str, Any]]:
     rows = []
     names = args.compare or [n for n in default_adapter_names() if n != target]
     for name in names:
         other = create_adapter(name)
         availability = load(other)
         if availability.status != "ok":
-            rows.append({"adapter": other.name, "version": other.version(), "outcome": availability.status,
-                         "result": None, "source": "not installed here"})
+            rows.append(
+                {
+                    "adapter": other.name,
+                    "version": other.version(),
+                    "outcome": availability.status,
+                    "result": None,
+                    "source": "not installed here",
+                }
+            )
             continue
         result = execute(other, case.request, variant)
-        rows.append({"adapter": other.name, "version": other.version(), "outcome": result.outcome,
-                     "result": result, "source": "run now, same delivery"})
+        rows.append(
+            {
+                "adapter": other.name,
+                "version": other.version(),
+                "outcome": result.outcome,
+                "result": result,
+                "source": "run now, same delivery",
+            }
+        )
     if args.results:
         try:
             data = RunResults.from_json(json.loads(args.results.read_text(encoding="utf-8")))
         except (OSError, ValueError, KeyError, TypeError) as error:
-            raise UsageError(f"{args.results} is not a readable results document: {error}") from None
+            raise UsageError(
+                f"{args.results} is not a readable results document: {error}"
+            ) from None
         versions = {a.name: a.version for a in data.adapters}
         shown = {r["adapter"] for r in rows if r["result"] is not None} | {target}
         for cell in data.cells:
             if cell.case == case.id and cell.delivery == variant.mode and cell.adapter not in shown:
-                rows.append({"adapter": cell.adapter, "version": versions.get(cell.adapter),
-                             "outcome": cell.outcome, "result": cell.observed,
-                             "source": f"{args.results.name} ({cell.variant or variant.mode})"})
+                rows.append(
+                    {
+                        "adapter": cell.adapter,
+                        "version": versions.get(cell.adapter),
+                        "outcome": cell.outcome,
+                        "result": cell.observed,
+                        "source": f"{args.results.name} ({cell.variant or variant.mode})",
+                    }
+                )
     return rows
 
 
@@ -243,9 +348,17 @@ def _summary(result: Result | None, outcome: str) -> str:
     return f"{calls}; content {visible(content)}".replace("|", "\\|")
 
 
-def markdown(case: CompletionCase, adapter: Any, cell: Any, variant: dl.Delivery, others: Sequence[dict[str, Any]],
-             script: str | None, script_path: Path | None, run: dict[str, Any] | None,
-             verdict: tuple[bool, str] | None) -> str:
+def markdown(
+    case: CompletionCase,
+    adapter: Any,
+    cell: Any,
+    variant: dl.Delivery,
+    others: Sequence[dict[str, Any]],
+    script: str | None,
+    script_path: Path | None,
+    run: dict[str, Any] | None,
+    verdict: tuple[bool, str] | None,
+) -> str:
     version = adapter.version()
     package = adapter.package or "k2conform"
     what = cell.outcome + (f" ({', '.join(cell.fields)})" if cell.fields else "")
@@ -257,13 +370,16 @@ def markdown(case: CompletionCase, adapter: Any, cell: Any, variant: dl.Delivery
         f" (tags: {', '.join(f'`{t}`' for t in case.tags) or '-'})",
         f"* **Source**: {case.source or '-'}",
         f"* **Finding**: {what} in delivery `{cell.delivery}`"
-        + (f" (variant `{cell.variant}`)" if cell.variant and cell.variant != cell.delivery else ""),
-        f"* **Reproduction**: {'reproduced on its own' if verdict and verdict[0] else 'NOT reproduced on its own' if verdict else 'not run'}"
+        + (
+            f" (variant `{cell.variant}`)" if cell.variant and cell.variant != cell.delivery else ""
+        ),
+        f"* **Reproduction**: {_reproduction_state(verdict)}"
         + (f" — {verdict[1]}" if verdict else ""),
         "",
         "## Model output",
         "",
-        "Markers shown as `⟦SB⟧` section begin, `⟦TB⟧` call begin, `⟦AB⟧` argument begin, `⟦TE⟧` call end, "
+        "Markers shown as `⟦SB⟧` section begin, `⟦TB⟧` call begin, `⟦AB⟧` argument begin, `⟦TE⟧` "
+        "call end, "
         "`⟦SE⟧` section end; `↵` newline, `»` tab, `␣` trailing space.",
         "",
         _fence(visible(case.model_output), "text"),
@@ -278,21 +394,7 @@ def markdown(case: CompletionCase, adapter: Any, cell: Any, variant: dl.Delivery
         "",
         "## Delivery",
         "",
-    ]
-    if not variant.streaming:
-        out.append("The complete output in one call of the one-shot (non-streaming) API.")
-    else:
-        out.append(f"`{variant.label}`: {len(variant.deltas)} deltas, fed in order to the streaming API "
-                   "(the last one carries the finish reason).")
-        out.append("")
-        rows = ["| # | delta (markers visible) | token ids |", "|---|---|---|"]
-        for n, delta in enumerate(variant.deltas[:300]):
-            shown = visible(json.dumps(delta.text, ensure_ascii=False)).replace("|", "\\|").replace("\n", " ")
-            rows.append(f"| {n} | `{shown}` | {' '.join(map(str, delta.token_ids)) or '-'} |")
-        if len(variant.deltas) > 300:
-            rows.append(f"| … | {len(variant.deltas) - 300} more | |")
-        out += rows
-    out += [
+        *_delivery_lines(variant),
         "",
         "## What the parser returned",
         "",
@@ -308,29 +410,94 @@ def markdown(case: CompletionCase, adapter: Any, cell: Any, variant: dl.Delivery
         out.append("")
         for diff in cell.diffs:
             where = f" (call {diff.call})" if diff.call is not None else ""
-            out.append(f"* `{diff.field}`{where}, compared as {diff.how}: expected "
-                       f"`{visible(json.dumps(diff.expected, ensure_ascii=False))}`, got "
-                       f"`{visible(json.dumps(diff.observed, ensure_ascii=False))}`")
+            out.append(
+                f"* `{diff.field}`{where}, compared as {diff.how}: expected "
+                f"`{visible(json.dumps(diff.expected, ensure_ascii=False))}`, got "
+                f"`{visible(json.dumps(diff.observed, ensure_ascii=False))}`"
+            )
         out.append("")
-    out += ["## What other parsers return", "", "| parser | version | result | source |", "|---|---|---|---|"]
+    out += [
+        "## What other parsers return",
+        "",
+        "| parser | version | result | source |",
+        "|---|---|---|---|",
+    ]
     for row in others:
-        out.append(f"| {row['adapter']} | {row['version'] or '-'} | {_summary(row['result'], row['outcome'])} | {row['source']} |")
+        out.append(
+            f"| {row['adapter']} | {row['version'] or '-'} | "
+            f"{_summary(row['result'], row['outcome'])} | {row['source']} |"
+        )
     out += ["", "## Reproduction", ""]
     if script is None:
         out.append(f"The `{adapter.name}` adapter has no reproduction template (`repro_script`).")
     else:
-        out.append(f"A standalone script; it imports only `{package}` and the standard library"
-                   + (f" (saved as `{script_path.name}`)" if script_path else "") + ". Exit status 1 means the bug reproduces.")
-        out += ["", _fence(script, "python"), ""]
-        if run is not None:
-            status = "timed out" if run.get("timeout") else f"exit status {run.get('status')}"
-            out.append(f"Run once with `{package}=={version}` (k2conform not importable): {status}; "
-                       + ("**reproduced**" if verdict and verdict[0] else "**not reproduced**")
-                       + (f": {verdict[1]}." if verdict else "."))
-            tail = "\n".join(run.get("stdout", "").strip().splitlines()[-12:])
-            if tail:
-                out += ["", _fence(tail, "text")]
-            if run.get("stderr") and (not verdict or not verdict[0]):
-                out += ["", "stderr:", "", _fence("\n".join(run["stderr"].strip().splitlines()[-15:]), "text")]
+        out += _reproduction_lines(package, version, script, script_path, run, verdict)
     out.append("")
     return "\n".join(out)
+
+
+def _reproduction_state(verdict: tuple[bool, str] | None) -> str:
+    if verdict is None:
+        return "not run"
+    return "reproduced on its own" if verdict[0] else "NOT reproduced on its own"
+
+
+def _delivery_lines(variant: dl.Delivery) -> list[str]:
+    """The delivery section: one-shot, or the deltas as fed (markers visible, ids beside)."""
+    if not variant.streaming:
+        return ["The complete output in one call of the one-shot (non-streaming) API."]
+    rows = [
+        f"`{variant.label}`: {len(variant.deltas)} deltas, fed in order to the streaming API "
+        "(the last one carries the finish reason).",
+        "",
+        "| # | delta (markers visible) | token ids |",
+        "|---|---|---|",
+    ]
+    for n, delta in enumerate(variant.deltas[:300]):
+        shown = (
+            visible(json.dumps(delta.text, ensure_ascii=False))
+            .replace("|", "\\|")
+            .replace("\n", " ")
+        )
+        rows.append(f"| {n} | `{shown}` | {' '.join(map(str, delta.token_ids)) or '-'} |")
+    if len(variant.deltas) > 300:
+        rows.append(f"| … | {len(variant.deltas) - 300} more | |")
+    return rows
+
+
+def _reproduction_lines(
+    package: str,
+    version: str | None,
+    script: str,
+    script_path: Path | None,
+    run: dict[str, Any] | None,
+    verdict: tuple[bool, str] | None,
+) -> list[str]:
+    """The standalone script, and what it printed when it ran once on its own."""
+    out = [
+        f"A standalone script; it imports only `{package}` and the standard library"
+        + (f" (saved as `{script_path.name}`)" if script_path else "")
+        + ". Exit status 1 means the bug reproduces.",
+        "",
+        _fence(script, "python"),
+        "",
+    ]
+    if run is None:
+        return out
+    status = "timed out" if run.get("timeout") else f"exit status {run.get('status')}"
+    out.append(
+        f"Run once with `{package}=={version}` (k2conform not importable): {status}; "
+        + ("**reproduced**" if verdict and verdict[0] else "**not reproduced**")
+        + (f": {verdict[1]}." if verdict else ".")
+    )
+    tail = "\n".join(run.get("stdout", "").strip().splitlines()[-12:])
+    if tail:
+        out += ["", _fence(tail, "text")]
+    if run.get("stderr") and (not verdict or not verdict[0]):
+        out += [
+            "",
+            "stderr:",
+            "",
+            _fence("\n".join(run["stderr"].strip().splitlines()[-15:]), "text"),
+        ]
+    return out

@@ -15,7 +15,7 @@ from typing import Any, Iterator
 
 from k2conform.adapter.harness import execute
 from k2conform.adapter.registry import Availability, load
-from k2conform.case.corpus import CompletionCase
+from k2conform.case.corpus import CompletionCase, Expectation
 from k2conform.delivery import modes as dl
 from k2conform.delivery.modes import Delivery
 from k2conform.errors import UsageError
@@ -44,14 +44,18 @@ class CellSettings:
 
     @classmethod
     def from_args(cls, args: Any) -> CellSettings:
-        """A command's ``--seed``, ``--burst``, ``--tokenizer`` and ``--timeout``; a bad one is a usage error."""
+        """A command's ``--seed``, ``--burst``, ``--tokenizer`` and ``--timeout``; a bad one is a
+        usage error."""
         try:
-            return cls(seed=args.seed, burst=args.burst, tokenizer=args.tokenizer, deadline=args.timeout)
+            return cls(
+                seed=args.seed, burst=args.burst, tokenizer=args.tokenizer, deadline=args.timeout
+            )
         except ValueError as error:
             raise UsageError(str(error)) from None
 
     def for_adapter(self, adapter: Any) -> CellSettings:
-        """The settings with the deadline an adapter asks for when it needs longer (``cell_timeout``:
+        """The settings with the deadline an adapter asks for when it needs longer
+        (``cell_timeout``:
         a real server generates a 30,000-token case in minutes, not seconds)."""
         wanted = getattr(adapter, "cell_timeout", 0) or 0
         return replace(self, deadline=wanted) if wanted > self.deadline else self
@@ -68,7 +72,8 @@ class DeadlinePassed(BaseException):
 
 @contextmanager
 def deadline(seconds: float) -> Iterator[None]:
-    """Raise :class:`DeadlinePassed` in this thread after ``seconds`` (SIGALRM in the main thread; an
+    """Raise :class:`DeadlinePassed` in this thread after ``seconds`` (SIGALRM in the main thread;
+    an
     enclosing timer, such as pytest-timeout's, is restored with its remaining time).  Off the
     main thread there is no alarm: the worker pool's hard limit still holds there."""
     if threading.current_thread() is not threading.main_thread():
@@ -91,8 +96,14 @@ def deadline(seconds: float) -> Iterator[None]:
             signal.setitimer(signal.ITIMER_REAL, max(remaining, 0.001), previous_interval)
 
 
-def run_cell(adapter: Any, case: CompletionCase, mode: str, settings: CellSettings = CellSettings(),
-             availability: Availability | None = None, whole_cache: dict | None = None) -> Cell:
+def run_cell(
+    adapter: Any,
+    case: CompletionCase,
+    mode: str,
+    settings: CellSettings = CellSettings(),
+    availability: Availability | None = None,
+    whole_cache: dict | None = None,
+) -> Cell:
     """Every variant of ``mode`` through ``adapter``, within the deadline; the cell reports the
     worst variant.  A cell past its deadline is re-run with ``RETRY_FACTOR`` times as long and
     judged on that result (recorded as ``meta.slow``); only a second timeout is ``timeout``."""
@@ -104,10 +115,14 @@ def run_cell(adapter: Any, case: CompletionCase, mode: str, settings: CellSettin
     unfit = _mode_unfit(adapter, case, mode)
     if unfit:
         return Cell.failed(case.id, adapter.name, mode, "unavailable", unfit)
-    variants = dl.deliveries(case.model_output, mode, _tokenizer(settings), seed=dl.case_seed(settings.seed, case.id),
-                             recorded=case.deltas, burst=settings.burst)
-    if not variants:
-        return Cell.failed(case.id, adapter.name, mode, "unavailable", "the case has no recorded deltas")
+    variants = dl.deliveries(
+        case.model_output,
+        mode,
+        _tokenizer(settings),
+        seed=dl.case_seed(settings.seed, case.id),
+        recorded=case.deltas,
+        burst=settings.burst,
+    )
     cache = whole_cache if whole_cache is not None else {}
     try:
         with deadline(settings.deadline):
@@ -118,28 +133,52 @@ def run_cell(adapter: Any, case: CompletionCase, mode: str, settings: CellSettin
             with deadline(settings.deadline * RETRY_FACTOR):
                 cell = _judged(adapter, case, mode, variants, settings, cache)
         except DeadlinePassed:
-            return Cell.failed(case.id, adapter.name, mode, "timeout",
-                               f"no result within {settings.deadline:g} s, nor within "
-                               f"{settings.deadline * RETRY_FACTOR:g} s when run again").timed(time.perf_counter() - started)
-        slow = {"deadline": settings.deadline, "first_try_seconds": round(first, 3),
-                "seconds": round(time.perf_counter() - started - first, 3)}
+            return Cell.failed(
+                case.id,
+                adapter.name,
+                mode,
+                "timeout",
+                f"no result within {settings.deadline:g} s, nor within "
+                f"{settings.deadline * RETRY_FACTOR:g} s when run again",
+            ).timed(time.perf_counter() - started)
+        slow = {
+            "deadline": settings.deadline,
+            "first_try_seconds": round(first, 3),
+            "seconds": round(time.perf_counter() - started - first, 3),
+        }
         cell = replace(cell, observed=cell.observed.with_meta(slow=slow) if cell.observed else None)
     return cell.timed(time.perf_counter() - started)
 
 
-def _mode_unfit(adapter: Any, case: CompletionCase, mode: str) -> str | None:
-    """Why this adapter cannot take this case in this mode (None: it can).  Server modes need a
-    server adapter, which takes nothing else; a case with ``server_options`` is a server-level
-    case, judged in the server modes only."""
-    if mode not in dl.adapter_modes(adapter):
-        return f"{adapter.name} takes the delivery modes {', '.join(dl.adapter_modes(adapter))}, not {mode}"
+def case_unfit(case: CompletionCase, mode: str) -> str | None:
+    """Why a case has no cell in this mode (None: it has): a server-level case
+    (``server_options``) is judged in the server modes only; ``stream-recorded`` replays
+    the deltas a case recorded.  The matrix plans no such cell; asked for one, it is
+    ``unavailable`` with this reason."""
     if case.request.server_options and mode not in dl.SERVER_MODES:
         return "a server-level case (request.server_options): judged in the server modes only"
+    if mode == "stream-recorded" and case.deltas is None:
+        return "the case has no recorded deltas"
     return None
 
 
-def _judged(adapter: Any, case: CompletionCase, mode: str, variants: list[Delivery], settings: CellSettings,
-            cache: dict) -> Cell:
+def _mode_unfit(adapter: Any, case: CompletionCase, mode: str) -> str | None:
+    """Why this adapter cannot take this case in this mode (None: it can).  Server modes need a
+    server adapter, which takes nothing else."""
+    if mode not in dl.adapter_modes(adapter):
+        modes = ", ".join(dl.adapter_modes(adapter))
+        return f"{adapter.name} takes the delivery modes {modes}, not {mode}"
+    return case_unfit(case, mode)
+
+
+def _judged(
+    adapter: Any,
+    case: CompletionCase,
+    mode: str,
+    variants: list[Delivery],
+    settings: CellSettings,
+    cache: dict,
+) -> Cell:
     # The streams first, then the one-shot parse they are checked against: a server adapter
     # can then share one one-shot reply between this cell and its server-whole cell.
     results = [execute(adapter, case.request, v) for v in variants]
@@ -149,26 +188,54 @@ def _judged(adapter: Any, case: CompletionCase, mode: str, variants: list[Delive
         if key not in cache:
             if len(cache) > 256:
                 cache.clear()
-            cache[key] = execute(adapter, case.request, dl.deliveries(case.model_output, "whole", _tokenizer(settings))[0])
+            cache[key] = execute(
+                adapter,
+                case.request,
+                dl.deliveries(case.model_output, "whole", _tokenizer(settings))[0],
+            )
         whole = cache[key]
     judged = [judge(case, result, whole) for result in results]
     outcome, diffs, result = min(judged, key=lambda j: SEVERITY.index(j[0]))
     differing = [v.label for v, j in zip(variants, judged) if not j[0].passing]
-    return Cell(case.id, adapter.name, mode, outcome, diffs=tuple(diffs), observed=result,
-                variant=str(result.meta.get("delivery", mode)),
-                variants_differing=tuple(differing) if len(variants) > 1 else ())
+    return Cell(
+        case.id,
+        adapter.name,
+        mode,
+        outcome,
+        diffs=tuple(diffs),
+        observed=result,
+        variant=str(result.meta.get("delivery", mode)),
+        variants_differing=tuple(differing) if len(variants) > 1 else (),
+    )
 
 
-def judge(case: CompletionCase, result: Result, whole: Result | None) -> tuple[CellOutcome, list[FieldDiff], Result]:
+def judge(
+    case: CompletionCase, result: Result, whole: Result | None
+) -> tuple[CellOutcome, list[FieldDiff], Result]:
     """One delivered result against the case's expectation and the stream invariants."""
     if result.outcome != ResultOutcome.OK:
         return CellOutcome(result.outcome.value), [], result
     diffs = _stream_diffs(result, whole)
     if case.verdict != "i" and case.expected is not None:
-        diffs = compare_results(case.expected.as_result(), result) + diffs
+        diffs = (
+            compare_results(case.expected.as_result(), result)
+            + _finish_diffs(case.expected, result)
+            + diffs
+        )
     if diffs:
         return CellOutcome.DIFFERS, diffs, result
     return (CellOutcome.IMPL_DEFINED if case.verdict == "i" else CellOutcome.AGREE), [], result
+
+
+def _finish_diffs(expected: Expectation, result: Result) -> list[FieldDiff]:
+    """A server's ``finish_reason`` (server adapters put it in ``meta``; parsers have none):
+    the case's, else the spec's rule for the reply as sent, ``tool_calls`` when it carries
+    calls, ``stop`` otherwise (missing or extra calls are already differences of their own)."""
+    observed = result.meta.get("finish_reason")
+    wanted = expected.finish_reason or ("tool_calls" if result.tool_calls else "stop")
+    if observed is None or observed == wanted:
+        return []
+    return [FieldDiff("finish_reason", wanted, observed, "text")]
 
 
 def _stream_diffs(result: Result, whole: Result | None) -> list[FieldDiff]:
@@ -193,9 +260,21 @@ def _tokenizer(settings: CellSettings) -> Any:
     return load_tokenizer(settings.tokenizer)
 
 
-def adhoc_case(request: Request, model_output: str, deltas: tuple[str, ...] | None = None,
-               case_id: str = "i_adhoc") -> CompletionCase:
+def adhoc_case(
+    request: Request,
+    model_output: str,
+    deltas: tuple[str, ...] | None = None,
+    case_id: str = "i_adhoc",
+) -> CompletionCase:
     """A case without an expectation, for one model output given on the command line (``parse``,
     ``serve-adapter``, the fuzzers): judged only on the stream invariants."""
-    return CompletionCase(id=case_id, description="", tags=(), source="adhoc", request=request,
-                          model_output=model_output, deltas=deltas, expected=None)
+    return CompletionCase(
+        id=case_id,
+        description="",
+        tags=(),
+        source="adhoc",
+        request=request,
+        model_output=model_output,
+        deltas=deltas,
+        expected=None,
+    )

@@ -29,10 +29,9 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from k2conform.adapter.registry import create_adapter, load
 from k2conform.case.corpus import CompletionCase, load_corpus
-from k2conform.delivery import modes as dl
 from k2conform.errors import HarnessError
 from k2conform.model import Cell
-from k2conform.run.cell import CellSettings, run_cell
+from k2conform.run.cell import CellSettings, case_unfit, run_cell
 
 
 @dataclass(frozen=True)
@@ -62,20 +61,26 @@ def _worker(conn: Connection, config: RunConfig, silence: bool = True) -> None:
     """
     from k2conform.delivery.tokenizer import load_tokenizer
 
-    if threading.current_thread() is threading.main_thread():  # a worker process, not a test's thread
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent decides
+    if (
+        threading.current_thread() is threading.main_thread()
+    ):  # a worker process, not a test's thread
+        signal.signal(
+            signal.SIGINT, signal.SIG_IGN
+        )  # Ctrl-C reaches the whole group: the parent decides
     if silence:
         _silence()
 
     try:
         corpus = {c.id: c for c in load_corpus(config.corpus_root).completions}
         load_tokenizer(config.cell.tokenizer)
-        adapters = {name: create_adapter(name) for name in config.adapters}
+        adapters = {name: create_adapter(name, config.cell.deadline) for name in config.adapters}
         availability = {name: load(a) for name, a in adapters.items()}
     except BaseException:  # noqa: BLE001 - reported to the parent as a harness error
         conn.send(("harness-error", traceback.format_exc()))
         return
-    conn.send(("ready", {adapters[spec].name: (a.status, a.reason) for spec, a in availability.items()}))
+    conn.send(
+        ("ready", {adapters[spec].name: (a.status, a.reason) for spec, a in availability.items()})
+    )
     whole_results: dict = {}  # one-shot results, reused by every stream cell of the same case
     while True:
         task = conn.recv()
@@ -83,8 +88,14 @@ def _worker(conn: Connection, config: RunConfig, silence: bool = True) -> None:
             return
         case_id, adapter_name, mode = task
         try:
-            cell = run_cell(adapters[adapter_name], corpus[case_id], mode, config.cell,
-                            availability[adapter_name], whole_results)
+            cell = run_cell(
+                adapters[adapter_name],
+                corpus[case_id],
+                mode,
+                config.cell,
+                availability[adapter_name],
+                whole_results,
+            )
         except BaseException:  # noqa: BLE001 - reported to the parent as a harness error
             conn.send(("harness-error", traceback.format_exc()))
             return
@@ -150,7 +161,12 @@ class Matrix:
         :attr:`interrupted` set; the workers are stopped on every way out."""
         # An adapter that waits on a server (``parallel_requests``) may want more workers than
         # cores: each worker keeps one request in flight.
-        wanted = max([os.cpu_count() or 1, *(getattr(a, "parallel_requests", 0) for a in self.adapters.values())])
+        wanted = max(
+            [
+                os.cpu_count() or 1,
+                *(getattr(a, "parallel_requests", 0) for a in self.adapters.values()),
+            ]
+        )
         jobs = max(1, min(self.config.jobs or wanted, len(tasks) or 1))
         slots: list[_Slot] = []
         cells: list[Cell] = []
@@ -167,7 +183,9 @@ class Matrix:
             self.interrupted = True
         return cells
 
-    def _loop(self, tasks: Sequence[tuple[str, str, str]], slots: list[_Slot], cells: list[Cell]) -> None:
+    def _loop(
+        self, tasks: Sequence[tuple[str, str, str]], slots: list[_Slot], cells: list[Cell]
+    ) -> None:
         # An adapter whose package is not installed is reported once (``availability``),
         # not as a cell per case and mode.
         tasks = [t for t in tasks if self._status(t[1]) != "unavailable"]
@@ -180,12 +198,18 @@ class Matrix:
                     slot.conn.send(slot.task)
             busy = [s for s in slots if s.task]
             nearest = min(s.deadline for s in busy)
-            wait([s.conn for s in busy] + [s.process.sentinel for s in busy],
-                 timeout=max(0.0, nearest - time.monotonic()))
+            wait(
+                [s.conn for s in busy] + [s.process.sentinel for s in busy],
+                timeout=max(0.0, nearest - time.monotonic()),
+            )
             for index, slot in enumerate(slots):
                 if slot.task is None:
                     continue
-                ready = slot.conn.poll() or not slot.process.is_alive() or time.monotonic() >= slot.deadline
+                ready = (
+                    slot.conn.poll()
+                    or not slot.process.is_alive()
+                    or time.monotonic() >= slot.deadline
+                )
                 if not ready:
                     continue
                 kind, payload = self._receive(slot, deadline=time.monotonic())
@@ -208,7 +232,9 @@ class Matrix:
         case_id, spec, mode = task
         adapter = self.display_names.get(spec, spec)
         if kind == "timeout":
-            reason = f"no result within {self._hard_limit(spec):g} s, retry included; worker restarted"
+            reason = (
+                f"no result within {self._hard_limit(spec):g} s, retry included; worker restarted"
+            )
             return Cell.failed(case_id, adapter, mode, "timeout", reason)
         reason = "the worker process died while parsing (a crash in native code?); worker restarted"
         return Cell.failed(case_id, adapter, mode, "crash", reason)
@@ -261,19 +287,21 @@ def adapter_sessions(adapters: Iterable[Any], run_dir: Path | None) -> Iterator[
             os.environ.update(saved)
 
 
-def plan(cases: Sequence[CompletionCase], adapters: Sequence[str], modes: Sequence[str],
-         adapter_modes: Mapping[str, Sequence[str]] | None = None) -> list[tuple[str, str, str]]:
-    """The cells to run, longest outputs first so no long cell is left for the end;
-    stream-recorded only for cases that recorded deltas; a server-level case
-    (``server_options``) only in server modes.  ``adapter_modes`` (when no mode was asked
-    for) narrows each adapter to the modes it takes."""
+def plan(
+    cases: Sequence[CompletionCase],
+    adapters: Sequence[str],
+    modes: Sequence[str],
+    adapter_modes: Mapping[str, Sequence[str]] | None = None,
+) -> list[tuple[str, str, str]]:
+    """The cells to run, longest outputs first so no long cell is left for the end; none
+    that ``case_unfit`` rules out.  ``adapter_modes`` (when no mode was asked for) narrows
+    each adapter to the modes it takes."""
     return [
         (case.id, adapter, mode)
         for case in sorted(cases, key=lambda c: -len(c.model_output))
         for adapter in adapters
         for mode in modes
-        if (mode != "stream-recorded" or case.deltas is not None)
-        and (mode in dl.SERVER_MODES or not case.request.server_options)
+        if case_unfit(case, mode) is None
         and (adapter_modes is None or mode in adapter_modes.get(adapter, modes))
     ]
 

@@ -13,36 +13,78 @@ from k2conform.model import AdapterRow, Cell, ResultOutcome, RunResults
 
 def case_summary(case: CompletionCase) -> dict[str, Any]:
     """What the reports show of a case."""
-    return {"id": case.id, "verdict": case.verdict, "description": case.description, "tags": list(case.tags),
-            "model_output": case.model_output, "deltas": list(case.deltas) if case.deltas else None,
-            "expected": case.expected.to_json() if case.expected else None}
+    return {
+        "id": case.id,
+        "verdict": case.verdict,
+        "description": case.description,
+        "tags": list(case.tags),
+        "model_output": case.model_output,
+        "deltas": list(case.deltas) if case.deltas else None,
+        "expected": case.expected.to_json() if case.expected else None,
+    }
 
 
 def adapter_row(adapter: Any, availability: tuple[str, str]) -> AdapterRow:
-    return AdapterRow(adapter.name, adapter.version(), tuple(adapter.supported_versions), adapter.supported(),
-                      ResultOutcome(availability[0]), availability[1])
+    return AdapterRow(
+        adapter.name,
+        adapter.version(),
+        tuple(adapter.supported_versions),
+        adapter.supported(),
+        ResultOutcome(availability[0]),
+        availability[1],
+    )
 
 
-def assemble(cells: Sequence[Cell], cases: Sequence[CompletionCase], adapters: Sequence[AdapterRow], seed: int,
-             modes: Sequence[str], wall_seconds: float, worker_restarts: int, **extra: Any) -> RunResults:
-    return RunResults(__version__, seed, tuple(modes), tuple(adapters), tuple(case_summary(c) for c in cases),
-                      tuple(cells), wall_seconds, worker_restarts, extra)
+def assemble(
+    cells: Sequence[Cell],
+    cases: Sequence[CompletionCase],
+    adapters: Sequence[AdapterRow],
+    seed: int,
+    modes: Sequence[str],
+    wall_seconds: float,
+    worker_restarts: int,
+    **extra: Any,
+) -> RunResults:
+    return RunResults(
+        __version__,
+        seed,
+        tuple(modes),
+        tuple(adapters),
+        tuple(case_summary(c) for c in cases),
+        tuple(cells),
+        wall_seconds,
+        worker_restarts,
+        extra,
+    )
 
 
 def merge(shards: Sequence[tuple[str, RunResults]]) -> RunResults:
     """The shards (named by their files) joined into what one unsharded run gives; a cell in two
-    shards, or shards of different runs (seed, modes), is a usage error."""
+    shards, or shards of different runs (seed, overlapping but unequal modes), is a usage error.
+    A document whose modes are all new (``k2conform grammar``'s) joins as more columns."""
     seen: dict[tuple[str, str, str], str] = {}
     for name, shard in shards:
         for cell in shard.cells:
             if cell.key in seen:
-                raise UsageError(f"{name}: cell {' '.join(cell.key)} is also in {seen[cell.key]} (the same shard twice?)")
+                raise UsageError(
+                    f"{name}: cell {' '.join(cell.key)} is also in {seen[cell.key]} (the same "
+                    "shard twice?)"
+                )
             seen[cell.key] = name
     first_name, first = shards[0]
+    modes = list(first.modes)
     for name, shard in shards[1:]:
-        for label, mine, theirs in (("seed", shard.seed, first.seed), ("modes", shard.modes, first.modes)):
-            if mine != theirs:
-                raise UsageError(f"{name}: {label} {mine!r} differs from {first_name}'s {theirs!r}")
+        if shard.seed != first.seed:
+            raise UsageError(
+                f"{name}: seed {shard.seed!r} differs from {first_name}'s {first.seed!r}"
+            )
+        if shard.modes != first.modes and set(shard.modes) & set(modes):
+            raise UsageError(
+                f"{name}: modes {shard.modes!r} differ from {first_name}'s {first.modes!r} "
+                "(a document with modes of its own only, such as `k2conform grammar`'s, "
+                "joins as more columns)"
+            )
+        modes += [m for m in shard.modes if m not in modes]
     adapters: dict[str, AdapterRow] = {}
     cases: dict[str, Mapping[str, Any]] = {}
     for _, shard in shards:
@@ -51,8 +93,13 @@ def merge(shards: Sequence[tuple[str, RunResults]]) -> RunResults:
         cases.update((c["id"], c) for c in shard.cases)
     cells = sorted((c for _, shard in shards for c in shard.cells), key=lambda c: c.key)
     return RunResults(
-        __version__, first.seed, first.modes, tuple(adapters.values()),
-        tuple(cases[k] for k in sorted(cases)), tuple(cells),
-        wall_seconds=max(s.wall_seconds for _, s in shards), worker_restarts=sum(s.worker_restarts for _, s in shards),
+        __version__,
+        first.seed,
+        tuple(modes),
+        tuple(adapters.values()),
+        tuple(cases[k] for k in sorted(cases)),
+        tuple(cells),
+        wall_seconds=max(s.wall_seconds for _, s in shards),
+        worker_restarts=sum(s.worker_restarts for _, s in shards),
         extra={"merged_from": [s.extra.get("shard") or name for name, s in shards]},
     )

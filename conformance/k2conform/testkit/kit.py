@@ -86,7 +86,9 @@ class ConformanceKit:
         root = Path(self.corpus) if self.corpus else default_corpus_dir()
         self.corpus = root
         self._cases = {c.id: c for c in select_cases(load_corpus(root).completions, self.cases)}
-        self.settings = CellSettings(seed=self.seed, burst=self.burst, tokenizer=self.tokenizer, deadline=self.timeout)
+        self.settings = CellSettings(
+            seed=self.seed, burst=self.burst, tokenizer=self.tokenizer, deadline=self.timeout
+        )
 
     # -- what to run ----------------------------------------------------------------------
 
@@ -101,7 +103,11 @@ class ConformanceKit:
     def entry_for(self, case_id: str, mode: str) -> BaselineEntry | None:
         """The baseline entry that lists this cell, if any."""
         for entry in self.baseline:
-            if entry.adapter == self.adapter.name and entry.covers_case(case_id) and entry.covers_delivery(mode):
+            if (
+                entry.adapter == self.adapter.name
+                and entry.covers_case(case_id)
+                and entry.covers_delivery(mode)
+            ):
                 return entry
         return None
 
@@ -109,7 +115,9 @@ class ConformanceKit:
         entry = self.entry_for(case_id, mode)
         if entry is None:
             return None
-        reason = f"baseline: {entry.outcome} {','.join(entry.fields)}" + (f" ({entry.reason})" if entry.reason else "")
+        reason = f"baseline: {entry.outcome} {','.join(entry.fields)}" + (
+            f" ({entry.reason})" if entry.reason else ""
+        )
         return pytest.mark.xfail(strict=True, raises=BaselinedDeviation, reason=reason)
 
     # -- running one cell ------------------------------------------------------------------
@@ -118,7 +126,9 @@ class ConformanceKit:
         """The matrix's cell for this case and mode (the same code as ``k2conform run``)."""
         if self._availability is None:
             self._availability = load(self.adapter)
-        return run_cell(self.adapter, self._cases[case_id], mode, self.settings, self._availability, self._whole)
+        return run_cell(
+            self.adapter, self._cases[case_id], mode, self.settings, self._availability, self._whole
+        )
 
     def check(self, case_id: str, mode: str) -> Cell:
         """Run the cell and raise for pytest: skip, pass, or the failure with its diff."""
@@ -129,11 +139,17 @@ class ConformanceKit:
         if cell.outcome.passing:
             return cell  # a baselined cell that passes is an XPASS(strict): a stale entry
         text = describe(self._cases[case_id], cell)
-        if entry is not None and entry.outcome == cell.outcome and tuple(entry.fields) == tuple(cell.fields):
+        if (
+            entry is not None
+            and entry.outcome == cell.outcome
+            and tuple(entry.fields) == tuple(cell.fields)
+        ):
             raise BaselinedDeviation(text)
         if entry is not None:
-            text += (f"\n\nthe baseline lists this cell as {entry.outcome} {','.join(entry.fields)}, "
-                     f"but it is {cell.outcome} {','.join(cell.fields)}")
+            text += (
+                f"\n\nthe baseline lists this cell as {entry.outcome} {','.join(entry.fields)}, "
+                f"but it is {cell.outcome} {','.join(cell.fields)}"
+            )
         raise ConformanceFailure(text)
 
 
@@ -149,8 +165,10 @@ def describe(case: CompletionCase, cell: Cell) -> str:
     if cell.variant and cell.variant != cell.delivery:
         lines.append(f"delivery variant: {cell.variant}")
     if cell.variants_differing:
-        lines.append(f"variants that differ: {', '.join(cell.variants_differing[:8])}"
-                     + (" ..." if len(cell.variants_differing) > 8 else ""))
+        lines.append(
+            f"variants that differ: {', '.join(cell.variants_differing[:8])}"
+            + (" ..." if len(cell.variants_differing) > 8 else "")
+        )
     if cell.outcome != CellOutcome.DIFFERS:
         lines.append(f"error: {cell.error}")
     for diff in cell.diffs:
@@ -161,8 +179,13 @@ def describe(case: CompletionCase, cell: Cell) -> str:
             f"    observed: {_show(diff.observed)}",
         ]
     if cell.outcome == CellOutcome.DIFFERS and cell.observed is not None:
-        lines.append("observed result: " + json.dumps(
-            {k: v for k, v in cell.observed.to_json().items() if k != "meta"}, ensure_ascii=False))
+        lines.append(
+            "observed result: "
+            + json.dumps(
+                {k: v for k, v in cell.observed.to_json().items() if k != "meta"},
+                ensure_ascii=False,
+            )
+        )
     return "\n".join(line for line in lines if line != "")
 
 
@@ -204,8 +227,9 @@ class ConformanceFile(pytest.File):
 
     def collect(self) -> Iterator[ConformanceItem]:
         for case_id, mode in self.kit.cells():
-            yield ConformanceItem.from_parent(self, name=f"{case_id}[{mode}]", kit=self.kit,
-                                              case_id=case_id, mode=mode)
+            yield ConformanceItem.from_parent(
+                self, name=f"{case_id}[{mode}]", kit=self.kit, case_id=case_id, mode=mode
+            )
 
 
 def conformance_tests(
@@ -232,11 +256,22 @@ def conformance_tests(
     here = Path(namespace.get("__file__") or ".").resolve().parent
     if isinstance(baseline, (str, os.PathLike)):
         path = Path(baseline)
-        entries: Sequence[BaselineEntry] = load_baseline(path if path.is_absolute() else here / path).entries
+        entries: Sequence[BaselineEntry] = load_baseline(
+            path if path.is_absolute() else here / path
+        ).entries
     else:
         entries = tuple(baseline or ())
-    kit = ConformanceKit(adapter, entries, tuple(modes or dl.DEFAULT_MODES), tuple(cases),
-                         Path(corpus) if corpus else None, seed, burst, tokenizer, timeout)
+    kit = ConformanceKit(
+        adapter,
+        entries,
+        tuple(modes or dl.DEFAULT_MODES),
+        tuple(cases),
+        Path(corpus) if corpus else None,
+        seed,
+        burst,
+        tokenizer,
+        timeout,
+    )
     source = Path(namespace.get("__file__") or "")
     if source.name == "conftest.py":
         conftest = source.resolve()
@@ -250,9 +285,15 @@ def conformance_tests(
 
         namespace["pytest_collect_file"] = pytest_collect_file
     else:
-        params = [pytest.param(case_id, mode, id=f"{case_id}[{mode}]",
-                               marks=[m for m in [kit.xfail_mark(case_id, mode)] if m is not None])
-                  for case_id, mode in kit.cells()]
+        params = [
+            pytest.param(
+                case_id,
+                mode,
+                id=f"{case_id}[{mode}]",
+                marks=[m for m in [kit.xfail_mark(case_id, mode)] if m is not None],
+            )
+            for case_id, mode in kit.cells()
+        ]
 
         @pytest.mark.parametrize(("case_id", "mode"), params)
         def test_k2conform(case_id: str, mode: str) -> None:

@@ -27,10 +27,16 @@ from k2conform import markers as mk
 from k2conform.model import Request, ToolCall
 from k2conform.reference.render import render_tool_calls
 
-settings.register_profile("ci", max_examples=60, derandomize=True, deadline=None,
-                          suppress_health_check=[HealthCheck.too_slow])
-settings.register_profile("deep", max_examples=5000, deadline=None,
-                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile(
+    "ci",
+    max_examples=60,
+    derandomize=True,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile(
+    "deep", max_examples=5000, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 _LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 _NON_ASCII_LETTERS = "éüßçñøåжщкπλ天气查询ツール"
@@ -38,11 +44,21 @@ _WORD = st.text(alphabet=_LETTERS + "_", min_size=1, max_size=12)
 
 
 @st.composite
-def tool_names(draw: st.DrawFn, dotted: bool = True, hyphenated: bool = True, non_ascii: bool = True) -> str:
+def tool_names(
+    draw: st.DrawFn, dotted: bool = True, hyphenated: bool = True, non_ascii: bool = True
+) -> str:
     """Function names: plain identifiers, dotted namespaces, hyphens and non-ASCII letters."""
-    alphabet = _LETTERS + "_0123456789" + ("-" if hyphenated else "") + (_NON_ASCII_LETTERS if non_ascii else "")
-    segment = st.builds(lambda head, tail: head + tail, st.sampled_from(_LETTERS + "_"),
-                        st.text(alphabet=alphabet, max_size=15))
+    alphabet = (
+        _LETTERS
+        + "_0123456789"
+        + ("-" if hyphenated else "")
+        + (_NON_ASCII_LETTERS if non_ascii else "")
+    )
+    segment = st.builds(
+        lambda head, tail: head + tail,
+        st.sampled_from(_LETTERS + "_"),
+        st.text(alphabet=alphabet, max_size=15),
+    )
     count = draw(st.integers(1, 3)) if dotted else 1
     return ".".join(draw(segment) for _ in range(count))
 
@@ -57,10 +73,15 @@ def _text(**kwargs: Any) -> st.SearchStrategy[str]:
 def json_scalars(with_markers: bool = True) -> st.SearchStrategy[Any]:
     strings = _text(max_size=30)
     if with_markers:
-        strings = st.one_of(strings, st.sampled_from(mk.TOOL_MARKERS).map(lambda m: f"see {m} here"))
+        strings = st.one_of(
+            strings, st.sampled_from(mk.TOOL_MARKERS).map(lambda m: f"see {m} here")
+        )
     return st.one_of(
-        st.none(), st.booleans(), st.integers(-(10**12), 10**12),
-        st.floats(allow_nan=False, allow_infinity=False, width=32), strings,
+        st.none(),
+        st.booleans(),
+        st.integers(-(10**12), 10**12),
+        st.floats(allow_nan=False, allow_infinity=False, width=32),
+        strings,
     )
 
 
@@ -68,21 +89,31 @@ def json_values(max_leaves: int = 12, with_markers: bool = True) -> st.SearchStr
     """Nested JSON values (no NaN); strings sometimes hold marker text."""
     return st.recursive(
         json_scalars(with_markers),
-        lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(_text(max_size=10), inner, max_size=4)),
+        lambda inner: st.one_of(
+            st.lists(inner, max_size=4), st.dictionaries(_text(max_size=10), inner, max_size=4)
+        ),
         max_leaves=max_leaves,
     )
 
 
 def arguments(with_markers: bool = True) -> st.SearchStrategy[dict[str, Any]]:
     """A call's arguments: a JSON object."""
-    return st.dictionaries(_text(min_size=1, max_size=12), json_values(with_markers=with_markers), max_size=5)
+    return st.dictionaries(
+        _text(min_size=1, max_size=12), json_values(with_markers=with_markers), max_size=5
+    )
 
 
 def tool_schema(name: str, args: dict[str, Any] | None = None) -> dict[str, Any]:
     """An OpenAI tool object for ``name`` whose parameters accept ``args``."""
     properties = {key: {} for key in (args or {})}
-    return {"type": "function", "function": {"name": name, "description": f"Tool {name}",
-                                             "parameters": {"type": "object", "properties": properties}}}
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": f"Tool {name}",
+            "parameters": {"type": "object", "properties": properties},
+        },
+    }
 
 
 @dataclass(frozen=True)
@@ -99,12 +130,19 @@ class GeneratedCompletion:
         return Request(tools=self.tools)
 
 
-_CONTENT = st.text(alphabet=st.characters(blacklist_characters="<", blacklist_categories=("Cs",)), max_size=40)
+_CONTENT = st.text(
+    alphabet=st.characters(blacklist_characters="<", blacklist_categories=("Cs",)), max_size=40
+)
 
 
 @st.composite
-def completions(draw: st.DrawFn, min_calls: int = 0, max_calls: int = 16, with_markers: bool = True,
-                declare_tools: bool | None = None) -> GeneratedCompletion:
+def completions(
+    draw: st.DrawFn,
+    min_calls: int = 0,
+    max_calls: int = 16,
+    with_markers: bool = True,
+    declare_tools: bool | None = None,
+) -> GeneratedCompletion:
     """A complete model output with 0 to 16 calls, optional content before the section."""
     count = draw(st.integers(min_calls, max_calls))
     names = draw(st.lists(tool_names(), min_size=1, max_size=max(1, min(count, 4)), unique=True))

@@ -1,4 +1,5 @@
-"""The k2conform adapter for ``tinyparser``: glue only, every parser call through ``call_parser``."""
+"""The k2conform adapter for ``tinyparser``: glue only, every parser call through
+``call_parser``."""
 
 from __future__ import annotations
 
@@ -26,7 +27,9 @@ class TinyAdapter(Adapter):
         content, calls = call_parser(self._parser.parse, output.text)
         return Result(
             content=content,
-            tool_calls=tuple(ToolCall(name=c["name"], arguments=c["arguments"], id=c["id"]) for c in calls),
+            tool_calls=tuple(
+                ToolCall(name=c["name"], arguments=c["arguments"], id=c["id"]) for c in calls
+            ),
         )
 
     def parse_stream(self, request: Request, deltas: Sequence[Delta]) -> list[StreamEvent]:
@@ -34,22 +37,28 @@ class TinyAdapter(Adapter):
         for delta in deltas:
             call_parser(parser.feed, delta.text)
         content, calls = call_parser(parser.finish)
-        return [StreamEvent(
-            content=content,
-            tool_calls=tuple(
-                ToolCallDelta(index=i, id=c["id"], name=c["name"], arguments=c["arguments"])
-                for i, c in enumerate(calls)
-            ),
-        )]
+        return [
+            StreamEvent(
+                content=content,
+                tool_calls=tuple(
+                    ToolCallDelta(index=i, id=c["id"], name=c["name"], arguments=c["arguments"])
+                    for i, c in enumerate(calls)
+                ),
+            )
+        ]
 
-    def repro_script(self, request: Request, deltas: Sequence[Delta], mode: str, **context: object) -> str:
+    def repro_script(
+        self, request: Request, deltas: Sequence[Delta], mode: str, **context: object
+    ) -> str:
         """A standalone script for ``k2conform report-finding`` (only this package imported);
         ``context`` holds ``expected`` and ``case_id``."""
         text = "".join(d.text for d in deltas)
-        return "\n".join([
-            "import json",
-            "from k2conform_example_adapter import tinyparser",
-            f"text = {text!r}",
-            "print(json.dumps(tinyparser.parse(text)))",
-            "",
-        ])
+        return "\n".join(
+            [
+                "import json",
+                "from k2conform_example_adapter import tinyparser",
+                f"text = {text!r}",
+                "print(json.dumps(tinyparser.parse(text)))",
+                "",
+            ]
+        )

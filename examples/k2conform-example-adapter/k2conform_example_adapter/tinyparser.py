@@ -23,8 +23,8 @@ def parse(text: str) -> tuple[str | None, list[dict[str, str]]]:
     if start < 0:
         return (text or None), []
     end = text.find(SECTION_END, start)
-    section = text[start + len(SECTION_BEGIN): end if end >= 0 else len(text)]
-    rest = text[end + len(SECTION_END):] if end >= 0 else ""
+    section = text[start + len(SECTION_BEGIN) : end if end >= 0 else len(text)]
+    rest = text[end + len(SECTION_END) :] if end >= 0 else ""
     calls = []
     for match in CALL.finditer(section):
         call_id = match.group("id")

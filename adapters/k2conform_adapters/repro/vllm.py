@@ -1,0 +1,110 @@
+"""vLLM kimi_k2 tool parser
+
+Drives vLLM's composed kimi_k2 parser as the OpenAI server does (ParserManager,
+ChatStreamProcessor).
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+from vllm.entrypoints.openai.chat_completion import message_assembly, protocol, stream_processor
+from vllm.parser.parser_manager import ParserManager
+
+from k2conform_adapters.repro.shared import (
+    Case,
+    KimiVocabulary,
+    assemble,
+    openai_call_deltas,
+    openai_calls,
+)
+
+PACKAGE = "vllm"
+MODEL = "moonshotai/Kimi-K2-Instruct"
+# get_tool_call_id_type() reads hf_config.model_type: "kimi_k2" makes ids functions.NAME:IDX.
+MODEL_CONFIG = types.SimpleNamespace(
+    model=MODEL,
+    hf_config=types.SimpleNamespace(model_type="kimi_k2"),
+    hf_text_config=types.SimpleNamespace(model_type="kimi_k2"),
+    hf_overrides={},
+)
+
+
+def run(case: Case) -> dict[str, Any]:
+    """vLLM's message for the case, one-shot or streamed."""
+    tokenizer = KimiVocabulary(case)
+    # As `vllm serve --tool-call-parser kimi_k2 [--reasoning-parser kimi_k2]` composes it.
+    cls = ParserManager.get_parser(
+        tool_parser_name="kimi_k2",
+        reasoning_parser_name="kimi_k2" if case.thinking else None,
+        enable_auto_tools=True,
+        model_name=MODEL,
+        is_harmony=False,
+        tokenizer=tokenizer,
+    )
+    request = protocol.ChatCompletionRequest(
+        model=MODEL,
+        messages=[{"role": "user", "content": "hi"}],
+        tools=case.tools or None,
+        tool_choice=case.tool_choice if case.tools else None,
+        chat_template_kwargs={"thinking": case.thinking},
+    )
+    # The renderer adjusts the request on a parser of its own, as the server does.
+    request = new_parser(cls, tokenizer, request).adjust_request(request)
+    # The generation prompt's tail: <|im_assistant|>, <|im_middle|>.
+    prompt_ids = [case.special_tokens["<|im_assistant|>"], case.special_tokens["<|im_middle|>"]]
+    if case.mode == "whole":
+        return parse_whole(case, cls, new_parser(cls, tokenizer, request), request, prompt_ids)
+    return parse_stream(case, cls, new_parser(cls, tokenizer, request), request, prompt_ids)
+
+
+def new_parser(cls: Any, tokenizer: KimiVocabulary, request: Any) -> Any:
+    """A fresh parser per choice, with the request's tools and template kwargs."""
+    return cls(
+        tokenizer,
+        request.tools,
+        chat_template_kwargs=request.chat_template_kwargs,
+        model_config=MODEL_CONFIG,
+    )
+
+
+def parse_whole(
+    case: Case, cls: Any, parser: Any, request: Any, prompt_ids: list[int]
+) -> dict[str, Any]:
+    """The one-shot path: parse, then assemble the chat message fields."""
+    parser.set_prompt_token_ids(prompt_ids)
+    reasoning, content, calls = parser.parse(
+        case.text, request, enable_auto_tools=True, model_output_token_ids=case.token_ids
+    )
+    fields = message_assembly.assemble_chat_message_fields(
+        request, reasoning, content, calls, enable_auto_tools=True, parser_cls=cls
+    )
+    return {
+        "content": fields.content,
+        "reasoning": fields.reasoning,
+        "tool_calls": openai_calls(fields.tool_calls),
+    }
+
+
+def parse_stream(
+    case: Case, cls: Any, parser: Any, request: Any, prompt_ids: list[int]
+) -> dict[str, Any]:
+    """The streaming path: one step per delta, the last one carrying the finish reason."""
+    processor = stream_processor.ChatStreamProcessor(
+        request, parser, enable_auto_tools=True, parser_cls=cls
+    )
+    events = []
+    for n, (text, token_ids) in enumerate(case.deltas):
+        finish_reason = "stop" if n == len(case.deltas) - 1 else None
+        message = processor.step(text, list(token_ids), finish_reason, prompt_ids).delta
+        if message is None:
+            continue
+        events.append(
+            {
+                "content": message.content,
+                "reasoning": message.reasoning,
+                "tool_calls": openai_call_deltas(message.tool_calls),
+            }
+        )
+    return assemble(events)
