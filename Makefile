@@ -8,7 +8,7 @@ STAMP := $(VENV)/.k2conform-installed
 # Test workers: 2 suits the 2-core reference machine (README: Tests); `make test JOBS=auto`.
 JOBS ?= 2
 
-.PHONY: setup servers matrix test fuzz bench clean parsers-extra matrix-extra test-extra
+.PHONY: setup servers grammars matrix matrix-servers matrix-grammar test fuzz bench clean parsers-extra matrix-extra test-extra llama-cpp matrix-llama-cpp
 
 setup: $(STAMP)
 
@@ -27,8 +27,25 @@ matrix: setup
 servers: setup
 	$(BIN)/k2conform setup-parsers vllm-server
 
-test: setup servers
+# Each engine with the xgrammar release it pins, for `k2conform grammar` and tests/test_grammar.py:
+# two venvs under .venvs/, ~3.4 GB each (from the pip cache: under a minute each).
+grammars: setup
+	$(BIN)/k2conform setup-parsers grammar-vllm grammar-sglang
+
+test: setup servers grammars
 	$(BIN)/python -m pytest -n $(JOBS)
+
+# The grammar lane: each engine's grammar against its own parser (docs/grammar.md), gated by
+# its own reviewed baseline.
+matrix-grammar: grammars
+	$(BIN)/k2conform grammar --baseline baseline-grammar.json \
+		--html report/grammar/index.html --json report/grammar/results.json --markdown report/grammar/summary.md
+
+# The real-server lane: the whole corpus through the real vLLM server (both server modes),
+# gated by its own reviewed baseline.  About 7 minutes on 2 cores; .ci/run runs it after the tests.
+matrix-servers: servers
+	$(BIN)/k2conform run --adapter vllm-server --baseline baseline-servers.json \
+		--html report/servers/index.html --json report/servers/results.json --markdown report/servers/summary.md
 
 # The extra real parsers, one venv each under .venvs/<name> (their pins clash with vLLM's),
 # run through the adapter protocol.  Not part of `setup`: about 450 MB of wheels and 3-4
@@ -36,14 +53,28 @@ test: setup servers
 parsers-extra: setup
 	$(BIN)/k2conform setup-parsers --all
 
-# The matrix with every shipped adapter plus the extra parsers (no baseline: a survey).
-matrix-extra: parsers-extra
-	$(BIN)/k2conform setup-parsers --adapters | xargs -d '\n' $(BIN)/k2conform run \
-		--adapter reference --adapter vllm --adapter sglang \
-		--html report/extra/index.html --json report/extra/results.json --markdown report/extra/summary.md || true
+# The extra parsers' lane: `matrix` first (reference + vLLM + SGLang in process, gated by
+# baseline.json), then reference + the extra parsers the reviewed baseline-extra.json covers
+# (each through its own venv), gated by it.  Exit 1 on a new finding or a stale entry in either,
+# or when an environment that baseline covers is not built.  The default --timeout (20 s) is the
+# one the baseline's timeout entries were reviewed with; the hello may take 4 x --timeout.
+matrix-extra: matrix parsers-extra
+	$(BIN)/k2conform setup-parsers --adapters \
+		| $(BIN)/python -c 'import json, sys; names = json.load(open("baseline-extra.json"))["adapters"]; sys.stdout.writelines(line for line in sys.stdin if line.startswith("--adapter=") and line.split("=")[1] in names)' \
+		| xargs -d '\n' $(BIN)/k2conform run --adapter reference --baseline baseline-extra.json \
+		--html report/extra/index.html --json report/extra/results.json --markdown report/extra/summary.md
 
 test-extra: parsers-extra
 	$(BIN)/python -m pytest tests/test_more_parsers.py
+
+# The llama.cpp lane (docs/llama-cpp.md): its chat code and our harness, built once into
+# .venvs/llama-cpp (a C++ build: 8-14 min on a shared 2-core machine), then the corpus through it.
+llama-cpp: setup
+	adapters/llama_cpp/build.sh
+
+matrix-llama-cpp: llama-cpp
+	$(BIN)/k2conform run "$$(adapters/llama_cpp/build.sh | tail -n 1)" \
+		--html report/llama-cpp/index.html --json report/llama-cpp/results.json --markdown report/llama-cpp/summary.md || [ $$? -eq 1 ]
 
 clean:
 	rm -rf $(VENV) report

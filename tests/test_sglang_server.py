@@ -19,11 +19,23 @@ from k2conform.adapter.harness import execute
 from k2conform.model import Delta, Request
 from k2conform.judge.stream import assemble
 
-GOLDEN = ["y_spec_single_call", "y_spec_parallel_calls", "y_spec_final_answer", "y_spec_content_before_section"]
-WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
-    "type": "object", "properties": {"city": {"type": "string"}}}}}
-SINGLE = (f"{mk.SECTION_BEGIN}{mk.CALL_BEGIN}functions.get_weather:0{mk.ARGUMENT_BEGIN}"
-          f'{{"city": "Paris"}}{mk.CALL_END}{mk.SECTION_END}')
+GOLDEN = [
+    "y_spec_single_call",
+    "y_spec_parallel_calls",
+    "y_spec_final_answer",
+    "y_spec_content_before_section",
+]
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    },
+}
+SINGLE = (
+    f"{mk.SECTION_BEGIN}{mk.CALL_BEGIN}functions.get_weather:0{mk.ARGUMENT_BEGIN}"
+    f'{{"city": "Paris"}}{mk.CALL_END}{mk.SECTION_END}'
+)
 
 
 @pytest.fixture(scope="module")
@@ -58,24 +70,32 @@ def test_the_real_handler_ran(adapter, tokenizer):
     """The reply is OpenAIServingChat's: finish_reason rewritten to tool_calls by
     _process_tool_calls, skip_special_tokens turned off by _process_messages because tools
     are declared, the prompt rendered from the served chat template."""
-    result = adapter.parse_whole(Request(tools=(WEATHER,)), Delta(SINGLE, tuple(tokenizer.encode(SINGLE))))
+    result = adapter.parse_whole(
+        Request(tools=(WEATHER,)), Delta(SINGLE, tuple(tokenizer.encode(SINGLE)))
+    )
     assert [(c.id, c.name, c.arguments) for c in result.tool_calls] == [
-        ("functions.get_weather:0", "get_weather", '{"city": "Paris"}')]
+        ("functions.get_weather:0", "get_weather", '{"city": "Paris"}')
+    ]
     assert result.content == "" and result.meta["finish_reason"] == "tool_calls"
     assert result.meta["skip_special_tokens"] is False
     _, manager, _ = adapter._servers[False]
     prompt = manager.tokenizer.decode(manager.last_request.input_ids)
-    assert prompt.startswith(f"{mk.IM_SYSTEM}tool_declare{mk.IM_MIDDLE}") and "get_weather" in prompt
+    assert (
+        prompt.startswith(f"{mk.IM_SYSTEM}tool_declare{mk.IM_MIDDLE}") and "get_weather" in prompt
+    )
 
 
 def test_stream_opens_with_the_role_chunk_and_ids_once(adapter, tokenizer):
     pieces = [Delta(p, (i,)) for i, p in tokenizer.tokenize_spans(SINGLE)]
     events = adapter.parse_stream(Request(tools=(WEATHER,)), pieces)
-    assert events[0].content == "" and not events[0].tool_calls  # _generate_chat_stream's first chunk
+    assert (
+        events[0].content == "" and not events[0].tool_calls
+    )  # _generate_chat_stream's first chunk
     got = assemble(events)
     assert not got.violations
     assert [(c.id, c.name, c.arguments) for c in got.result.tool_calls] == [
-        ("functions.get_weather:0", "get_weather", '{"city": "Paris"}')]
+        ("functions.get_weather:0", "get_weather", '{"city": "Paris"}')
+    ]
 
 
 def test_thinking_routes_reasoning_through_the_configured_parser(adapter, tokenizer):
@@ -83,7 +103,9 @@ def test_thinking_routes_reasoning_through_the_configured_parser(adapter, tokeni
     request = Request(tools=(WEATHER,), thinking=True)
     whole = adapter.parse_whole(request, Delta(text))
     assert whole.reasoning == "Need the weather." and len(whole.tool_calls) == 1
-    streamed = assemble(adapter.parse_stream(request, [Delta(p, (i,)) for i, p in tokenizer.tokenize_spans(text)]))
+    streamed = assemble(
+        adapter.parse_stream(request, [Delta(p, (i,)) for i, p in tokenizer.tokenize_spans(text)])
+    )
     assert streamed.result.reasoning == "Need the weather." and len(streamed.result.tool_calls) == 1
 
 
@@ -101,7 +123,9 @@ def test_a_missing_serving_method_is_a_glue_error(monkeypatch):
     assert info.value.api == "OpenAIServingChat._check_for_unstreamed_tool_args"
 
 
-def test_an_attribute_the_stand_in_lacks_is_adapter_error_not_a_crash(adapter, tokenizer, monkeypatch):
+def test_an_attribute_the_stand_in_lacks_is_adapter_error_not_a_crash(
+    adapter, tokenizer, monkeypatch
+):
     """The handler turns every exception into a 500 reply; one caused by the stand-in
     missing a TokenizerManager attribute must still surface as adapter-error."""
     from sglang.srt.entrypoints.openai.serving_chat import OpenAIServingChat
@@ -128,13 +152,23 @@ def test_recorded_difference_the_server_rejects_an_invalid_tool_schema(adapter, 
     naming the status."""
     from k2conform_adapters.sglang_parser import SglangAdapter
 
-    bad = {"type": "function", "function": {"name": "get_weather", "parameters": {
-        "type": "object", "properties": {"city": {"type": "string", "enum": "Paris"}}}}}
+    bad = {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string", "enum": "Paris"}},
+            },
+        },
+    }
     request = Request(tools=(bad,))
     (delivery,) = deliveries(SINGLE, mode, tokenizer)
     served = execute(adapter, request, delivery)
     assert served.outcome == "crash"
-    assert served.error.startswith("RuntimeError: HTTP 400: Tool 0 function has invalid 'parameters' schema")
+    assert served.error.startswith(
+        "RuntimeError: HTTP 400: Tool 0 function has invalid 'parameters' schema"
+    )
     parsed = execute(SglangAdapter(), request, delivery)
     assert parsed.outcome == "ok" and [c.name for c in parsed.tool_calls] == ["get_weather"]
 
@@ -155,5 +189,9 @@ def test_a_missing_module_of_the_serving_closure_is_unavailable_with_the_reason(
             print("unavailable:", exc)
         """
     )
-    out = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=300)
-    assert "unavailable: SGLang's serving code needs 'uvicorn', not installed" in out.stdout, out.stderr[-2000:]
+    out = subprocess.run(
+        [sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=300
+    )
+    assert "unavailable: SGLang's serving code needs 'uvicorn', not installed" in out.stdout, (
+        out.stderr[-2000:]
+    )

@@ -31,12 +31,20 @@ ROOT = Path(__file__).resolve().parents[1]
 VENV = vllm_server.venv_dir()
 INSTALLED = (VENV / "bin" / "python").exists()
 needs_venv = pytest.mark.skipif(
-    not INSTALLED, reason=f"{VENV} is not installed; install it with: {vllm_server.install_command()}")
+    not INSTALLED,
+    reason=f"{VENV} is not installed; install it with: {vllm_server.install_command()}",
+)
 
 CASES = (
-    "y_spec_single_call", "y_spec_parallel_calls", "y_spec_content_before_section",
-    "y_server_spacing_default", "y_server_spacing_off", "i_server_max_tokens_cut_in_arguments",
-    "y_server_tool_choice_required", "y_server_multi_turn_second_call", "y_server_stream_include_usage",
+    "y_spec_single_call",
+    "y_spec_parallel_calls",
+    "y_spec_content_before_section",
+    "y_server_spacing_default",
+    "y_server_spacing_off",
+    "i_server_max_tokens_cut_in_arguments",
+    "y_server_tool_choice_required",
+    "n_server_multi_turn_second_call",
+    "y_server_stream_include_usage",
     "n_server_tool_choice_none_call_in_output",
 )
 
@@ -52,7 +60,9 @@ def test_server_modes_are_a_closed_set_apart_from_the_defaults():
     assert not set(dl.adapter_modes(create_adapter("reference"))) & set(dl.SERVER_MODES)
     whole, stream = (dl.deliveries("a<|im_end|>b", m, load_tokenizer())[0] for m in dl.SERVER_MODES)
     assert not whole.streaming and stream.streaming
-    assert whole.deltas == stream.deltas and whole.deltas[0].token_ids == tuple(load_tokenizer().encode("a"))
+    assert whole.deltas == stream.deltas and whole.deltas[0].token_ids == tuple(
+        load_tokenizer().encode("a")
+    )
 
 
 def test_missing_venv_is_unavailable_with_the_install_command(monkeypatch, tmp_path):
@@ -61,14 +71,19 @@ def test_missing_venv_is_unavailable_with_the_install_command(monkeypatch, tmp_p
     adapter = create_adapter("vllm-server")
     availability = load(adapter)
     assert availability.status == "unavailable"
-    assert "k2conform setup-parsers vllm-server" in availability.reason and str(tmp_path / "absent") in availability.reason
+    assert (
+        "k2conform setup-parsers vllm-server" in availability.reason
+        and str(tmp_path / "absent") in availability.reason
+    )
     with pytest.raises(AdapterUnavailable):
         adapter.load()
 
 
 def test_other_adapters_are_unavailable_in_server_modes_and_vice_versa(corpus):
     case = next(c for c in corpus.completions if c.id == "y_spec_single_call")
-    cell = run_cell(create_adapter("reference"), case, "server-whole", availability=Availability("ok"))
+    cell = run_cell(
+        create_adapter("reference"), case, "server-whole", availability=Availability("ok")
+    )
     assert cell.outcome == "unavailable" and "server-whole" in cell.error
     cell = run_cell(create_adapter("vllm-server"), case, "whole", availability=Availability("ok"))
     assert cell.outcome == "unavailable" and "server-whole" in cell.error
@@ -84,18 +99,31 @@ def test_server_level_cases_are_planned_for_server_modes_only(corpus):
     assert {adapter for _, adapter, _ in cells} == {"vllm-server"}
 
 
-@pytest.mark.parametrize(("options", "field"), [
-    ({"max_tokens": 0}, "request.server_options.max_tokens"),
-    ({"max_tokens": True}, "request.server_options.max_tokens"),
-    ({"spaces_between_special_tokens": "no"}, "request.server_options.spaces_between_special_tokens"),
-    ({"stream_options": {"include_usage": 1}}, "request.server_options.stream_options"),
-    ({"messages": []}, "request.server_options.messages"),
-    ({"temperature": 0.5}, "request.server_options.temperature"),
-])
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [
+        ({"max_tokens": 0}, "request.server_options.max_tokens"),
+        ({"max_tokens": True}, "request.server_options.max_tokens"),
+        (
+            {"spaces_between_special_tokens": "no"},
+            "request.server_options.spaces_between_special_tokens",
+        ),
+        ({"stream_options": {"include_usage": 1}}, "request.server_options.stream_options"),
+        ({"messages": []}, "request.server_options.messages"),
+        ({"temperature": 0.5}, "request.server_options.temperature"),
+    ],
+)
 def test_server_options_are_validated_naming_file_and_field(options, field):
-    data = {"id": "y_x", "kind": "completion", "description": "d", "tags": [], "source": "s",
-            "request": {"tools": [], "server_options": options}, "model_output": "hi",
-            "expected": {"content": "hi", "reasoning": None, "tool_calls": []}}
+    data = {
+        "id": "y_x",
+        "kind": "completion",
+        "description": "d",
+        "tags": [],
+        "source": "s",
+        "request": {"tools": [], "server_options": options},
+        "model_output": "hi",
+        "expected": {"content": "hi", "reasoning": None, "tool_calls": []},
+    }
     with pytest.raises(CorpusError) as error:
         case_from_json(data, "corpus/server/y_x.json")
     assert error.value.field == field and "y_x.json" in str(error.value)
@@ -110,9 +138,11 @@ def test_server_options_round_trip_in_the_request():
 def test_served_tokenizer_has_the_stand_in_ids(tmp_path):
     """The model directory's tokenizer (tiktoken.model + our class, trust_remote_code) gives
     the stand-in's ids for text and markers alike, and decodes them back."""
-    texts = ["Hi 你好 😀 <|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
-             "<|tool_call_argument_begin|>{\"city\": \"Paris\"}<|tool_call_end|><|tool_calls_section_end|>",
-             "  trailing\tspaces \n\n and <think>thought</think><|im_end|>"]
+    texts = [
+        "Hi 你好 😀 <|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
+        '<|tool_call_argument_begin|>{"city": "Paris"}<|tool_call_end|><|tool_calls_section_end|>',
+        "  trailing\tspaces \n\n and <think>thought</think><|im_end|>",
+    ]
     script = (
         "import json, sys\n"
         "from k2conform_adapters.vllm_model import build\n"
@@ -120,12 +150,18 @@ def test_served_tokenizer_has_the_stand_in_ids(tmp_path):
         "d = build(sys.argv[1])\n"
         "t = AutoTokenizer.from_pretrained(str(d), trust_remote_code=True)\n"
         "texts = json.loads(sys.argv[2])\n"
-        "print(json.dumps({'len': len(t), 'eos': t.eos_token_id, 'ids': [t.encode(x, add_special_tokens=False) for x in texts],"
+        "print(json.dumps({'len': len(t), 'eos': t.eos_token_id, 'ids': [t.encode(x, "
+        "add_special_tokens=False) for x in texts],"
         " 'decoded': [t.decode(t.encode(x, add_special_tokens=False)) for x in texts]}))\n"
     )
     env = {**os.environ, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"}
-    done = subprocess.run([str(VENV / "bin" / "python"), "-c", script, str(tmp_path / "model"), json.dumps(texts)],
-                          capture_output=True, text=True, env=env, timeout=300)
+    done = subprocess.run(
+        [str(VENV / "bin" / "python"), "-c", script, str(tmp_path / "model"), json.dumps(texts)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     got = json.loads(done.stdout.strip().splitlines()[-1])
     standin = load_tokenizer()
@@ -134,10 +170,25 @@ def test_served_tokenizer_has_the_stand_in_ids(tmp_path):
     assert got["len"] == 163842 and got["eos"] == 163586
     stamp = (tmp_path / "model" / "k2conform-model.stamp").read_text()
     mtime = (tmp_path / "model" / "model.safetensors").stat().st_mtime
-    again = subprocess.run([str(VENV / "bin" / "python"), "-m", "k2conform_adapters.vllm_model", str(tmp_path / "model")],
-                           capture_output=True, text=True, env=env, timeout=300)
-    assert again.returncode == 0 and (tmp_path / "model" / "k2conform-model.stamp").read_text() == stamp
-    assert (tmp_path / "model" / "model.safetensors").stat().st_mtime == mtime  # reused, not rebuilt
+    again = subprocess.run(
+        [
+            str(VENV / "bin" / "python"),
+            "-m",
+            "k2conform_adapters.vllm_model",
+            str(tmp_path / "model"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert (
+        again.returncode == 0
+        and (tmp_path / "model" / "k2conform-model.stamp").read_text() == stamp
+    )
+    assert (
+        tmp_path / "model" / "model.safetensors"
+    ).stat().st_mtime == mtime  # reused, not rebuilt
 
 
 # -- one real server for the session -------------------------------------------------------
@@ -159,14 +210,37 @@ def server_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
         fcntl.flock(lock, fcntl.LOCK_EX)
         done = root / "done.json"
         if not done.exists():
-            command = [sys.executable, "-m", "k2conform.cli", "run", "--adapter", "vllm-server",
-                       "--json", str(root / "results.json"), "--run-dir", str(root / "run"),
-                       "--jobs", "2", "--timeout", "120"]
+            command = [
+                sys.executable,
+                "-m",
+                "k2conform.cli",
+                "run",
+                "--adapter",
+                "vllm-server",
+                "--json",
+                str(root / "results.json"),
+                "--run-dir",
+                str(root / "run"),
+                "--jobs",
+                "2",
+                "--timeout",
+                "120",
+            ]
             for case in CASES:
                 command += ["--case", case]
             env = {k: v for k, v in os.environ.items() if k != vllm_server.URL_ENV}
-            proc = subprocess.run(command, capture_output=True, text=True, timeout=900, env=env, cwd=ROOT)
-            done.write_text(json.dumps({"rc": proc.returncode, "stdout": proc.stdout[-5000:], "stderr": proc.stderr[-5000:]}))
+            proc = subprocess.run(
+                command, capture_output=True, text=True, timeout=900, env=env, cwd=ROOT
+            )
+            done.write_text(
+                json.dumps(
+                    {
+                        "rc": proc.returncode,
+                        "stdout": proc.stdout[-5000:],
+                        "stderr": proc.stderr[-5000:],
+                    }
+                )
+            )
     info = json.loads((root / "done.json").read_text())
     results_path = root / "results.json"
     assert results_path.exists(), f"the run wrote no results:\n{info['stderr']}"
@@ -189,12 +263,21 @@ def test_golden_calls_come_back_through_the_real_server(server_run, mode):
     single = _cell(server_run, "y_spec_single_call", mode)
     assert single["outcome"] == "agree", single
     assert [(i, n, json.loads(a)) for i, n, a in _calls(single)] == [
-        ("functions.get_weather:0", "get_weather", {"city": "Beijing"})]
+        ("functions.get_weather:0", "get_weather", {"city": "Beijing"})
+    ]
     parallel = _cell(server_run, "y_spec_parallel_calls", mode)
     assert parallel["outcome"] == "agree", parallel
-    assert [i for i, _, _ in _calls(parallel)] == ["functions.get_weather:0", "functions.get_weather:1"]
-    for case in ("y_server_spacing_off", "y_server_tool_choice_required", "y_server_multi_turn_second_call",
-                 "n_server_tool_choice_none_call_in_output", "y_server_stream_include_usage"):
+    assert [i for i, _, _ in _calls(parallel)] == [
+        "functions.get_weather:0",
+        "functions.get_weather:1",
+    ]
+    for case in (
+        "y_server_spacing_off",
+        "y_server_tool_choice_required",
+        "n_server_multi_turn_second_call",
+        "n_server_tool_choice_none_call_in_output",
+        "y_server_stream_include_usage",
+    ):
         assert _cell(server_run, case, mode)["outcome"] == "agree", _cell(server_run, case, mode)
 
 
@@ -206,7 +289,9 @@ def test_every_cell_ran_and_the_forcing_held(server_run):
     for (case, mode), cell in server_run["cells"].items():
         assert cell["outcome"] not in ("crash", "timeout", "adapter-error"), cell
         if mode == "server-whole" and case != "i_server_max_tokens_cut_in_arguments":
-            assert cell["observed"]["meta"]["forced"] is True, cell  # the server returned the script's ids
+            assert cell["observed"]["meta"]["forced"] is True, (
+                cell
+            )  # the server returned the script's ids
 
 
 def test_spaces_between_special_tokens_default_pads_content_and_streamed_arguments(server_run):
@@ -218,7 +303,10 @@ def test_spaces_between_special_tokens_default_pads_content_and_streamed_argumen
     expected = "I'll check the weather. "
     for cell in (whole, stream):
         assert cell["outcome"] == "differs" and "content" in cell["fields"], cell
-        assert cell["observed"]["content"] != expected and cell["observed"]["content"].strip() == expected.strip()
+        assert (
+            cell["observed"]["content"] != expected
+            and cell["observed"]["content"].strip() == expected.strip()
+        )
     (_, _, whole_args), (_, _, stream_args) = _calls(whole)[0], _calls(stream)[0]
     assert whole_args == '{"city": "Paris"}'
     assert stream_args != whole_args and stream_args.strip() == whole_args
@@ -232,7 +320,10 @@ def test_max_tokens_cut_inside_the_arguments(server_run):
     calls = _calls(cell)
     # 12 tokens end inside the arguments: what comes back is a cut call, never the full one.
     assert meta["script_tokens"] > 12
-    assert not calls or calls[0][2] != '{"city": "San Francisco, California, United States of America"}'
+    assert (
+        not calls
+        or calls[0][2] != '{"city": "San Francisco, California, United States of America"}'
+    )
     # Recorded: vLLM 0.32.0 reports "tool_calls" here, where its docs promise "length".
     assert meta["finish_reason"] in ("length", "tool_calls")
 
@@ -245,7 +336,9 @@ def test_the_server_is_stopped_and_its_port_freed(server_run):
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         assert sock.connect_ex(("127.0.0.1", server["port"])) != 0  # nobody listens there
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT of old requests is fine
+        sock.setsockopt(
+            socket.SOL_SOCKET, socket.SO_REUSEADDR, 1
+        )  # TIME_WAIT of old requests is fine
         sock.bind(("127.0.0.1", server["port"]))  # free again: a listener would make this fail
         sock.listen(1)
     assert server["url"].startswith("http://127.0.0.1:")
@@ -257,7 +350,9 @@ def test_the_server_is_stopped_and_its_port_freed(server_run):
 # -- the engine plugin against the real server ---------------------------------------------------
 
 
-def test_the_engine_plugin_passes_the_real_server_and_names_the_check_a_broken_replay_breaks(tmp_path):
+def test_the_engine_plugin_passes_the_real_server_and_names_the_check_a_broken_replay_breaks(
+    tmp_path,
+):
     """The live-engine plugin against a real vLLM server running k2conform's forcing processor
     (``--k2-script`` sends each probe's replay): the clean probes pass every server check; a
     replay whose call arguments are not JSON fails, naming ``arguments-json``."""
@@ -267,24 +362,55 @@ def test_the_engine_plugin_passes_the_real_server_and_names_the_check_a_broken_r
     (corpus / "probes").mkdir(parents=True)
     probe = json.loads((ROOT / "corpus" / "probes" / "y_probe_single_call.json").read_text())
     (corpus / "probes" / "y_probe_single_call.json").write_text(json.dumps(probe))
-    broken = dict(probe, id="y_probe_broken_arguments",
-                  replay=[probe["replay"][0].replace('"Beijing"}', '"Beijing"')] + probe["replay"][1:])
+    broken = dict(
+        probe,
+        id="y_probe_broken_arguments",
+        replay=[probe["replay"][0].replace('"Beijing"}', '"Beijing"')] + probe["replay"][1:],
+    )
     assert broken["replay"][0] != probe["replay"][0]
     with vllm_server.VllmServer(tmp_path / "run") as server:
+
         def plugin(*args: str) -> subprocess.CompletedProcess:
             return subprocess.run(
-                [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "--rootdir", str(tmp_path),
-                 "--k2-engine-url", server.url, "--k2-model", vllm_server.MODEL_NAME, "--k2-script",
-                 "--k2-corpus", str(corpus), "-k", "probe or summary", *args],
-                capture_output=True, text=True, timeout=600, cwd=tmp_path)
+                [
+                    sys.executable,
+                    "-m",
+                    "pytest",
+                    "-p",
+                    "no:cacheprovider",
+                    "-p",
+                    "no:xdist",
+                    "--rootdir",
+                    str(tmp_path),
+                    "--k2-engine-url",
+                    server.url,
+                    "--k2-model",
+                    vllm_server.MODEL_NAME,
+                    "--k2-script",
+                    "--k2-corpus",
+                    str(corpus),
+                    "-k",
+                    "probe or summary",
+                    *args,
+                ],
+                capture_output=True,
+                text=True,
+                timeout=600,
+                cwd=tmp_path,
+            )
+
         clean = plugin()
         (corpus / "probes" / "y_probe_broken_arguments.json").write_text(json.dumps(broken))
         failing = plugin()
     assert clean.returncode == 0, clean.stdout[-4000:]
     assert "schema accuracy: " in clean.stdout and "failed checks" not in clean.stdout
     assert failing.returncode == 1
-    assert "[k2 check arguments-json] y_probe_broken_arguments:" in failing.stdout, failing.stdout[-4000:]
-    assert "y_probe_single_call:" not in failing.stdout.split("k2conform engine summary")[0]  # the clean probe still passes
+    assert "[k2 check arguments-json] y_probe_broken_arguments:" in failing.stdout, failing.stdout[
+        -4000:
+    ]
+    assert (
+        "y_probe_single_call:" not in failing.stdout.split("k2conform engine summary")[0]
+    )  # the clean probe still passes
 
 
 def test_the_reviewed_server_baseline_covers_what_the_server_does(server_run):
@@ -293,7 +419,11 @@ def test_the_reviewed_server_baseline_covers_what_the_server_does(server_run):
     from k2conform.gate.baseline import gate, load_baseline
     from k2conform.model import RunResults
 
-    results, passed = gate(RunResults.from_json(server_run["results"]), load_baseline(ROOT / "baseline-servers.json"))
+    results, passed = gate(
+        RunResults.from_json(server_run["results"]), load_baseline(ROOT / "baseline-servers.json")
+    )
     verdict = results.extra["gate"]
-    assert verdict["new_cells"] == [] and verdict["stale"] == [] and verdict["missing"] == [], verdict
+    assert verdict["new_cells"] == [] and verdict["stale"] == [] and verdict["missing"] == [], (
+        verdict
+    )
     assert passed

@@ -50,11 +50,19 @@ from k2conform.adapter import (
     import_parser_package,
     require_api,
 )
+from k2conform.adapter.glue import CASE_MESSAGES
 from k2conform.model import Delta, Request, Result, StreamEvent, ToolCall, ToolCallDelta
 
 MODEL_DIR = Path(tempfile.gettempdir()) / "k2conform-sglang-server-model"
-SERVING_API = ("handle_request", "_build_chat_response", "_process_tool_calls", "_generate_chat_stream",
-               "_process_tool_call_stream", "_check_for_unstreamed_tool_args", "_process_tool_call_id")
+SERVING_API = (
+    "handle_request",
+    "_build_chat_response",
+    "_process_tool_calls",
+    "_generate_chat_stream",
+    "_process_tool_call_stream",
+    "_check_for_unstreamed_tool_args",
+    "_process_tool_call_id",
+)
 
 
 class _ScriptedTokenizerManager:
@@ -63,15 +71,25 @@ class _ScriptedTokenizerManager:
     def __init__(self, sg: Any, server_args: Any) -> None:
         rc = sg.runtime_context
         self.server_args, self.script = server_args, [Delta("")]
-        self.model_path, self.served_model_name = rc.get_model().model_path, rc.get_serving().served_model_name
+        self.model_path, self.served_model_name = (
+            rc.get_model().model_path,
+            rc.get_serving().served_model_name,
+        )
         self.model_config = sg.ModelConfig.from_server_args(server_args)
         self.tokenizer = sg.get_tokenizer(rc.get_serving().tokenizer_path, trust_remote_code=True)
         obs = rc.get_observability()
         self.request_logger = sg.RequestLogger(
-            log_requests=obs.log_requests, log_requests_level=obs.log_requests_level,
-            log_requests_format=obs.log_requests_format, log_requests_target=obs.log_requests_target)
+            log_requests=obs.log_requests,
+            log_requests_level=obs.log_requests_level,
+            log_requests_format=obs.log_requests_format,
+            log_requests_target=obs.log_requests_target,
+        )
         self._context, self._finish = rc.get_context, sg.FINISH_MATCHED_TOKEN
-        self.processor, self.last_request, self.missing = None, None, []  # text-only model: no processor
+        self.processor, self.last_request, self.missing = (
+            None,
+            None,
+            [],
+        )  # text-only model: no processor
 
     def __getattr__(self, name: str) -> Any:
         """An attribute the serving code reads that the stand-in lacks: glue drift, recorded."""
@@ -80,7 +98,8 @@ class _ScriptedTokenizerManager:
         raise AttributeError(name)
 
     def config_value(self, name: str) -> Any:
-        """As ``TokenizerManager.config_value``: two fields live on the manager, the rest in the context."""
+        """As ``TokenizerManager.config_value``: two fields live on the manager, the rest in the
+        context."""
         if name in ("model_path", "served_model_name"):
             return getattr(self, name)
         return self._context().config_leaf(name)
@@ -94,10 +113,21 @@ class _ScriptedTokenizerManager:
         for n, delta in enumerate(self.script):
             text, ids = text + delta.text, ids + list(delta.token_ids)
             last = n == len(self.script) - 1
-            finish = self._finish(matched=markers.SPECIAL_TOKEN_IDS[markers.IM_END]).to_json() if last else None
-            meta = {"id": obj.rid, "finish_reason": finish, "prompt_tokens": len(obj.input_ids or ()),
-                    "weight_version": self.config_value("weight_version"), "num_retractions": 0,
-                    "reasoning_tokens": 0, "completion_tokens": len(ids), "cached_tokens": 0}
+            finish = (
+                self._finish(matched=markers.SPECIAL_TOKEN_IDS[markers.IM_END]).to_json()
+                if last
+                else None
+            )
+            meta = {
+                "id": obj.rid,
+                "finish_reason": finish,
+                "prompt_tokens": len(obj.input_ids or ()),
+                "weight_version": self.config_value("weight_version"),
+                "num_retractions": 0,
+                "reasoning_tokens": 0,
+                "completion_tokens": len(ids),
+                "cached_tokens": 0,
+            }
             if obj.stream or last:
                 yield {"text": text, "output_ids": list(ids), "meta_info": meta}
 
@@ -134,40 +164,71 @@ class SglangServerAdapter(Adapter):
         except AdapterGlueError as exc:
             missing = getattr(exc.__cause__, "name", None) or ""
             if isinstance(exc.__cause__, ModuleNotFoundError) and not missing.startswith("sglang"):
-                raise AdapterUnavailable(f"SGLang's serving code needs {missing!r}, not installed") from exc
+                raise AdapterUnavailable(
+                    f"SGLang's serving code needs {missing!r}, not installed"
+                ) from exc
             raise
         require_api(serving_chat.OpenAIServingChat, *SERVING_API)
-        require_api(runtime_context, "create_context", "use_context", "get_context", "get_serving", "get_model")
+        require_api(
+            runtime_context,
+            "create_context",
+            "use_context",
+            "get_context",
+            "get_serving",
+            "get_model",
+        )
         sg = types.SimpleNamespace(
-            runtime_context=runtime_context, ModelConfig=ModelConfig, get_tokenizer=get_tokenizer,
-            RequestLogger=RequestLogger, FINISH_MATCHED_TOKEN=FINISH_MATCHED_TOKEN)
-        self._version, self._protocol, self._use = sglang.__version__, protocol, runtime_context.use_context
+            runtime_context=runtime_context,
+            ModelConfig=ModelConfig,
+            get_tokenizer=get_tokenizer,
+            RequestLogger=RequestLogger,
+            FINISH_MATCHED_TOKEN=FINISH_MATCHED_TOKEN,
+        )
+        self._version, self._protocol, self._use = (
+            sglang.__version__,
+            protocol,
+            runtime_context.use_context,
+        )
         MODEL_DIR.parent.mkdir(parents=True, exist_ok=True)
         with open(f"{MODEL_DIR}.lock", "w") as lock:  # workers start together: build once
             fcntl.flock(lock, fcntl.LOCK_EX)
             vllm_model.build(MODEL_DIR)
         for thinking in (False, True):
             try:
-                args = ServerArgs(model_path=str(MODEL_DIR), trust_remote_code=True, device="cpu",
-                                  tool_call_parser="kimi_k2", reasoning_parser="kimi_k2" if thinking else None)
+                args = ServerArgs(
+                    model_path=str(MODEL_DIR),
+                    trust_remote_code=True,
+                    device="cpu",
+                    tool_call_parser="kimi_k2",
+                    reasoning_parser="kimi_k2" if thinking else None,
+                )
                 context = runtime_context.create_context(args, role="tokenizer")
                 with runtime_context.use_context(context):
                     manager = _ScriptedTokenizerManager(sg, args)
                     templates = TemplateManager()
-                    templates.initialize_templates(tokenizer_manager=manager, model_path=str(MODEL_DIR))
+                    templates.initialize_templates(
+                        tokenizer_manager=manager, model_path=str(MODEL_DIR)
+                    )
                     server = serving_chat.OpenAIServingChat(manager, templates)
             except Exception as exc:  # the release no longer fits the glue
-                raise AdapterGlueError("OpenAIServingChat set-up", f"{type(exc).__name__}: {exc}") from exc
+                raise AdapterGlueError(
+                    "OpenAIServingChat set-up", f"{type(exc).__name__}: {exc}"
+                ) from exc
             if manager.missing:  # read during set-up and caught there (TemplateManager logs it)
-                raise AdapterGlueError(f"TokenizerManager.{manager.missing[0]}", "not on the stand-in")
+                raise AdapterGlueError(
+                    f"TokenizerManager.{manager.missing[0]}", "not on the stand-in"
+                )
             self._servers[thinking] = (context, manager, server)
 
     def _serve(self, request: Request, deltas: Sequence[Delta], stream: bool) -> tuple[Any, Any]:
         self.load()
         context, manager, server = self._servers[bool(request.thinking)]
-        body = {"model": manager.served_model_name, "stream": stream,
-                "messages": [{"role": "user", "content": "(conformance case)"}],
-                "chat_template_kwargs": {"thinking": bool(request.thinking)}}
+        body = {
+            "model": manager.served_model_name,
+            "stream": stream,
+            "messages": [dict(m) for m in CASE_MESSAGES],
+            "chat_template_kwargs": {"thinking": bool(request.thinking)},
+        }
         if request.tools:
             body.update(tools=[dict(t) for t in request.tools], tool_choice=request.tool_choice)
         try:
@@ -188,17 +249,25 @@ class SglangServerAdapter(Adapter):
                 return call_parser(asyncio.run, run()), manager
             finally:
                 if manager.missing:  # the serving code caught the AttributeError; the glue is stale
-                    raise AdapterGlueError(f"TokenizerManager.{manager.missing[0]}", "not on the stand-in")
+                    raise AdapterGlueError(
+                        f"TokenizerManager.{manager.missing[0]}", "not on the stand-in"
+                    )
 
     def parse_whole(self, request: Request, output: Delta) -> Result:
         response, manager = self._serve(request, [output], stream=False)
         if not hasattr(response, "choices"):
             _raise_error_response(response)
         message = response.choices[0].message
-        calls = tuple(ToolCall(name=c.function.name, arguments=c.function.arguments, id=c.id)
-                      for c in message.tool_calls or ())
-        return Result(content=message.content, reasoning=message.reasoning_content or None, tool_calls=calls,
-                      meta=_meta(self._version, manager, response.choices[0].finish_reason))
+        calls = tuple(
+            ToolCall(name=c.function.name, arguments=c.function.arguments, id=c.id)
+            for c in message.tool_calls or ()
+        )
+        return Result(
+            content=message.content,
+            reasoning=message.reasoning_content or None,
+            tool_calls=calls,
+            meta=_meta(self._version, manager, response.choices[0].finish_reason),
+        )
 
     def parse_stream(self, request: Request, deltas: Sequence[Delta]) -> list[StreamEvent]:
         chunks, _ = self._serve(request, deltas, stream=True)
@@ -214,16 +283,32 @@ def sse_events(chunks: Sequence[str]) -> list[StreamEvent]:
         for line in chunk.splitlines():
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
-            data = json.loads(line[len("data: "):])
+            data = json.loads(line[len("data: ") :])
             if "error" in data:
                 raise ParserCrash(RuntimeError(f"error chunk: {data['error'].get('message')}"))
             for choice in data.get("choices") or ():
                 delta = choice.get("delta") or {}
-                calls = tuple(ToolCallDelta(index=c["index"], id=c.get("id"), name=(c.get("function") or {}).get("name"),
-                                            arguments=(c.get("function") or {}).get("arguments"))
-                              for c in delta.get("tool_calls") or ())
-                if delta.get("content") is not None or delta.get("reasoning_content") is not None or calls:
-                    events.append(StreamEvent(delta.get("content"), delta.get("reasoning_content"), calls))
+                calls = tuple(
+                    ToolCallDelta(
+                        index=c["index"],
+                        id=c.get("id"),
+                        name=(c.get("function") or {}).get("name"),
+                        arguments=(c.get("function") or {}).get("arguments"),
+                    )
+                    for c in delta.get("tool_calls") or ()
+                )
+                finish = choice.get("finish_reason")
+                if (
+                    delta.get("content") is not None
+                    or delta.get("reasoning_content") is not None
+                    or calls
+                    or finish
+                ):
+                    events.append(
+                        StreamEvent(
+                            delta.get("content"), delta.get("reasoning_content"), calls, finish
+                        )
+                    )
     return events
 
 
@@ -231,13 +316,20 @@ def _raise_error_response(response: Any) -> None:
     """The server answered with an error (a 400 or the 500 its handler turns exceptions into)."""
     body = getattr(response, "body", b"")
     detail = json.loads(body) if body else {"message": repr(response)}
-    raise ParserCrash(RuntimeError(f"HTTP {getattr(response, 'status_code', '?')}: {detail.get('message')}"))
+    raise ParserCrash(
+        RuntimeError(f"HTTP {getattr(response, 'status_code', '?')}: {detail.get('message')}")
+    )
 
 
-def _meta(version: str, manager: _ScriptedTokenizerManager, finish_reason: str | None) -> dict[str, Any]:
+def _meta(
+    version: str, manager: _ScriptedTokenizerManager, finish_reason: str | None
+) -> dict[str, Any]:
     sampling = getattr(manager.last_request, "sampling_params", None) or {}
-    return {"version": version, "finish_reason": finish_reason,
-            "skip_special_tokens": sampling.get("skip_special_tokens")}
+    return {
+        "version": version,
+        "finish_reason": finish_reason,
+        "skip_special_tokens": sampling.get("skip_special_tokens"),
+    }
 
 
 class _Placeholder(types.ModuleType):

