@@ -14,17 +14,36 @@ from k2conform.delivery.modes import case_seed
 
 from entry_points import K2CONFORM
 
-OUTPUT = ('<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>'
-          '{"a": 1}<|tool_call_end|><|tool_calls_section_end|>')
+OUTPUT = (
+    "<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>"
+    '{"a": 1}<|tool_call_end|><|tool_calls_section_end|>'
+)
 
 
 def run(*args, stdin=""):
     return subprocess.run([K2CONFORM, *args], input=stdin, capture_output=True, text=True)
 
 
-@pytest.mark.parametrize("mode", ["whole", "stream-token", "stream-burst", "stream-char", "stream-marker-split", "stream-random"])
+@pytest.mark.parametrize(
+    "mode",
+    [
+        "whole",
+        "stream-token",
+        "stream-burst",
+        "stream-char",
+        "stream-marker-split",
+        "stream-random",
+    ],
+)
 def test_parse_every_delivery_mode(mode):
-    completed = run("parse", "--adapter", "reference", "--delivery", mode, stdin=json.dumps({"model_output": OUTPUT}))
+    completed = run(
+        "parse",
+        "--adapter",
+        "reference",
+        "--delivery",
+        mode,
+        stdin=json.dumps({"model_output": OUTPUT}),
+    )
     assert completed.returncode == 0, completed.stderr
     result = json.loads(completed.stdout)
     assert set(result) >= {"content", "reasoning", "tool_calls", "outcome", "error"}
@@ -36,7 +55,9 @@ def test_parse_every_delivery_mode(mode):
 
 def test_parse_recorded_deltas_and_thinking():
     payload = {"deltas": ["<think>plan</th", "ink>ok"], "thinking": True}
-    result = json.loads(run("parse", "--delivery", "stream-recorded", stdin=json.dumps(payload)).stdout)
+    result = json.loads(
+        run("parse", "--delivery", "stream-recorded", stdin=json.dumps(payload)).stdout
+    )
     assert (result["reasoning"], result["content"]) == ("plan", "ok")
 
 
@@ -66,13 +87,32 @@ def test_list_adapters_names_reference_with_its_version():
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_an_interrupted_run_stops_its_workers_and_keeps_partial_results(tmp_path, signum):
     out = tmp_path / "results.json"
-    process = subprocess.Popen([K2CONFORM, "run", "--adapter", "reference", "--adapter", "vllm", "--adapter", "sglang",
-                                "--jobs", "2", "--json", str(out)],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    process = subprocess.Popen(
+        [
+            K2CONFORM,
+            "run",
+            "--adapter",
+            "reference",
+            "--adapter",
+            "vllm",
+            "--adapter",
+            "sglang",
+            "--jobs",
+            "2",
+            "--json",
+            str(out),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not _children(process.pid):
         time.sleep(0.2)
-    time.sleep(15)  # the workers have imported the parsers and cells are being done (a full run: ~40 s)
+    time.sleep(
+        15
+    )  # the workers have imported the parsers and cells are being done (a full run: ~40 s)
     workers = _children(process.pid)
     assert workers
     stopped = time.monotonic()
@@ -118,13 +158,16 @@ def test_a_deadline_must_be_positive_everywhere(timeout):
         assert "Traceback" not in completed.stderr
 
 
-@pytest.mark.parametrize("payload,message", [
-    ({"model_output": 42}, "'model_output' must be a string"),
-    ({"model_output": "x", "deltas": [1, 2]}, "'deltas' must be an array of strings"),
-    ({"model_output": "x", "tools": "x"}, "'request.tools': must be an array"),
-    ({"model_output": "x", "tools": [{"name": "f"}]}, "request.tools[0]"),
-    ({"model_output": "x", "thinking": "false"}, "'request.thinking': must be true or false"),
-])
+@pytest.mark.parametrize(
+    "payload,message",
+    [
+        ({"model_output": 42}, "'model_output' must be a string"),
+        ({"model_output": "x", "deltas": [1, 2]}, "'deltas' must be an array of strings"),
+        ({"model_output": "x", "tools": "x"}, "'request.tools': must be an array"),
+        ({"model_output": "x", "tools": [{"name": "f"}]}, "request.tools[0]"),
+        ({"model_output": "x", "thinking": "false"}, "'request.thinking': must be true or false"),
+    ],
+)
 def test_bad_parse_input_is_one_line_and_exit_2(payload, message):
     completed = run("parse", stdin=json.dumps(payload))
     assert completed.returncode == 2, completed.stdout
@@ -137,3 +180,86 @@ def test_report_without_an_output_is_a_usage_error(tmp_path):
     assert nothing.returncode == 2 and "nothing to write" in nothing.stderr
     wrong = run("report", str(tmp_path / "r.json"), "--markdown", str(tmp_path / "s.md"))
     assert wrong.returncode == 2 and "is not a k2conform results document" in wrong.stderr
+
+
+HELLO = {"messages": [{"role": "user", "content": "hi"}]}
+
+
+@pytest.mark.parametrize(
+    "payload,message",
+    [
+        ({"messages": "hi"}, "'messages': must be an array, not str"),
+        ({"messages": [{"content": "hi"}]}, "'messages[0].role': missing"),
+        ({"messages": [{"role": None}]}, "'messages[0].role': must be a non-empty string"),
+        ({"messages": [42]}, "'messages[0]': must be an object, not int"),
+        (
+            {"messages": [{"role": "user", "content": 42}]},
+            "'messages[0].content': must be a string",
+        ),
+        (
+            {"messages": [{"role": "tool", "content": "18°C"}]},
+            "'messages[0].tool_call_id': missing",
+        ),
+        ({**HELLO, "tools": "x"}, "'tools': must be an array"),
+        (
+            {**HELLO, "add_generation_prompt": "no"},
+            "'add_generation_prompt': must be true or false",
+        ),
+    ],
+)
+def test_bad_render_input_is_one_line_naming_the_field(payload, message):
+    """Never a traceback, and never a turn named None: the conversation is checked as a prompt
+    case's is."""
+    completed = run("render", stdin=json.dumps(payload))
+    assert completed.returncode == 2, completed.stdout
+    assert completed.stdout == "" and completed.stderr.count("\n") == 1
+    assert completed.stderr.startswith(f"k2conform render: stdin: field {message}")
+
+
+@pytest.mark.parametrize(
+    "source,message",
+    [
+        ("{% if %}", ": line 1: Expected an expression"),
+        ("ok\n{{ 1 + 'x' }}", ": line 2: TypeError: unsupported operand"),
+        ("{{ raise_exception('no system turn') }}", ": line 1: TemplateError: no system turn"),
+        (
+            "{% set q = [] %}\n{{ q.append(1) }}",
+            ": line 2: the template calls list.append, which the immutable sandbox",
+        ),
+    ],
+)
+def test_a_broken_chat_template_is_one_line_naming_the_file_and_line(tmp_path, source, message):
+    template = tmp_path / "chat_template.jinja"
+    template.write_text(source)
+    completed = run("render", "--chat-template", str(template), stdin=json.dumps(HELLO))
+    assert completed.returncode == 2, completed.stdout
+    assert completed.stderr.startswith(f"k2conform render: {template}{message}")
+    assert completed.stderr.count("\n") == 1 and "Traceback" not in completed.stderr
+
+
+def test_an_unreadable_chat_template_is_one_line(tmp_path):
+    template = tmp_path / "latin1.jinja"
+    template.write_bytes(b"\xff\xfe")
+    completed = run("render", "--chat-template", str(template), stdin=json.dumps(HELLO))
+    assert completed.returncode == 2 and completed.stderr.count("\n") == 1
+    assert f"cannot read the chat template {template}: 'utf-8' codec" in completed.stderr
+
+
+def test_serve_fake_engine_on_a_busy_port_is_one_line_naming_it():
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        completed = subprocess.run(
+            [K2CONFORM, "serve-fake-engine", "--port", str(port)],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert completed.returncode == 2 and completed.stdout == ""
+    assert completed.stderr == (
+        f"k2conform serve-fake-engine: cannot serve on 127.0.0.1:{port}: Address already in use\n"
+    )

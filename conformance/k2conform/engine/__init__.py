@@ -1,1 +1,2 @@
-"""A user-facing tool: the pytest plugin that checks a live engine, and the fake engine it is tested against."""
+"""A user-facing tool: the pytest plugin that checks a live engine, and the fake engine it is
+tested against."""

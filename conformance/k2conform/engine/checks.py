@@ -34,7 +34,9 @@ CHECKS = {
     "content-markers": "content carries no marker bytes",
     "id-format": "ids are the model's functions.NAME:IDX (what Kimi K2 reads back in history)",
     "id-round-trip": "ids are unique and the next turn, carrying them, is accepted and rendered",
-    "sse-invariants": "id and name once per index, contiguous indexes, no markers in content deltas",
+    "sse-invariants": (
+        "id and name once per index, contiguous indexes, no markers in content deltas"
+    ),
     "stream-vs-whole": "streaming and non-streaming return the same calls and finish_reason",
     "summary": "schema accuracy and trigger agreement reach the thresholds",
 }
@@ -79,8 +81,12 @@ def client(engine: dict[str, Any]) -> Any:
     import openai
 
     var = engine["key_var"]
-    return openai.OpenAI(base_url=engine["url"], api_key=os.environ[var] if var else "EMPTY",
-                         timeout=engine["timeout"], max_retries=0)
+    return openai.OpenAI(
+        base_url=engine["url"],
+        api_key=os.environ[var] if var else "EMPTY",
+        timeout=engine["timeout"],
+        max_retries=0,
+    )
 
 
 @pytest.fixture(scope="session")
@@ -125,7 +131,9 @@ def _post_raw(engine: dict[str, Any], path: str, body: Mapping[str, Any]) -> Any
     headers = {"Content-Type": "application/json"}
     if engine["key_var"]:
         headers["Authorization"] = "Bearer " + os.environ[engine["key_var"]]
-    request = urllib.request.Request(_root(engine["url"]) + path, data=json.dumps(body).encode(), headers=headers)
+    request = urllib.request.Request(
+        _root(engine["url"]) + path, data=json.dumps(body).encode(), headers=headers
+    )
     try:
         with urllib.request.urlopen(request, timeout=engine["timeout"]) as response:  # noqa: S310 - user's URL
             return json.loads(response.read())
@@ -143,41 +151,58 @@ def _render(engine: dict[str, Any], messages: Any, tools: Any) -> str | None:
     tokenized = _post_raw(engine, "/tokenize", body)
     if tokenized is None or "tokens" not in tokenized:
         return None
-    detokenized = _post_raw(engine, "/detokenize", {"model": engine["model"], "tokens": tokenized["tokens"]})
+    detokenized = _post_raw(
+        engine, "/detokenize", {"model": engine["model"], "tokens": tokenized["tokens"]}
+    )
     if detokenized is None:
         return None
     return detokenized["prompt"]
 
 
 def _kwargs(engine: dict[str, Any], probe: ProbeCase, messages: Any) -> dict[str, Any]:
-    kwargs: dict[str, Any] = {"model": engine["model"], "messages": list(messages), "temperature": 0,
-                              "seed": engine["seed"], "tools": list(probe.tools), "tool_choice": probe.tool_choice}
+    kwargs: dict[str, Any] = {
+        "model": engine["model"],
+        "messages": list(messages),
+        "temperature": 0,
+        "seed": engine["seed"],
+        "tools": list(probe.tools),
+        "tool_choice": probe.tool_choice,
+    }
     if engine.get("script"):
-        kwargs["extra_body"] = {"vllm_xargs": {"k2conform_script": json.dumps(_script(probe, messages))}}
+        kwargs["extra_body"] = {
+            "vllm_xargs": {"k2conform_script": json.dumps(_script(probe, messages))}
+        }
     return kwargs
 
 
 def _script(probe: ProbeCase, messages: Any) -> list[int]:
     """The token ids of the probe's replay for this turn, as the forcing logits processor takes
-    them (the stand-in tokenizer's ids are the served tokenizer's; the end of turn is added by it)."""
+    them (the stand-in tokenizer's ids are the served tokenizer's; the end of turn is added by
+    it)."""
     from k2conform.delivery.modes import engine_output
     from k2conform.delivery.tokenizer import load_tokenizer
 
-    turn = sum(1 for m in list(messages)[len(probe.messages):] if m.get("role") == "assistant")
+    turn = sum(1 for m in list(messages)[len(probe.messages) :] if m.get("role") == "assistant")
     text = engine_output(probe.replay[min(turn, len(probe.replay) - 1)])
     return [i for i, _ in load_tokenizer().tokenize_spans(text)]
 
 
-def _ask_whole(client: Any, engine: dict[str, Any], probe: ProbeCase, messages: Any) -> dict[str, Any]:
+def _ask_whole(
+    client: Any, engine: dict[str, Any], probe: ProbeCase, messages: Any
+) -> dict[str, Any]:
     response = client.chat.completions.create(**_kwargs(engine, probe, messages))
     choice = response.choices[0]
     message = choice.message
-    calls = [{"id": tc.id, "name": tc.function.name, "arguments": tc.function.arguments}
-             for tc in (message.tool_calls or [])]
+    calls = [
+        {"id": tc.id, "name": tc.function.name, "arguments": tc.function.arguments}
+        for tc in (message.tool_calls or [])
+    ]
     return {"content": message.content, "calls": calls, "finish_reason": choice.finish_reason}
 
 
-def _ask_stream(client: Any, engine: dict[str, Any], probe: ProbeCase, messages: Any) -> dict[str, Any]:
+def _ask_stream(
+    client: Any, engine: dict[str, Any], probe: ProbeCase, messages: Any
+) -> dict[str, Any]:
     events, finish = [], None
     for chunk in client.chat.completions.create(stream=True, **_kwargs(engine, probe, messages)):
         if not chunk.choices:
@@ -189,16 +214,26 @@ def _ask_stream(client: Any, engine: dict[str, Any], probe: ProbeCase, messages:
         if delta is None:
             continue
         calls = tuple(
-            ToolCallDelta(index=tc.index, id=tc.id, name=tc.function.name if tc.function else None,
-                          arguments=tc.function.arguments if tc.function else None)
+            ToolCallDelta(
+                index=tc.index,
+                id=tc.id,
+                name=tc.function.name if tc.function else None,
+                arguments=tc.function.arguments if tc.function else None,
+            )
             for tc in (delta.tool_calls or ())
         )
         reasoning = getattr(delta, "reasoning_content", None) or getattr(delta, "reasoning", None)
         events.append(StreamEvent(content=delta.content, reasoning=reasoning, tool_calls=calls))
     assembled = assemble(events)
-    calls = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in assembled.result.tool_calls]
-    return {"content": assembled.result.content, "calls": calls, "finish_reason": finish,
-            "violations": list(assembled.violations)}
+    calls = [
+        {"id": c.id, "name": c.name, "arguments": c.arguments} for c in assembled.result.tool_calls
+    ]
+    return {
+        "content": assembled.result.content,
+        "calls": calls,
+        "finish_reason": finish,
+        "violations": list(assembled.violations),
+    }
 
 
 def _reply(replies: dict, key: tuple[str, str], ask: Any) -> dict[str, Any]:
@@ -209,7 +244,11 @@ def _reply(replies: dict, key: tuple[str, str], ask: Any) -> dict[str, Any]:
             replies[key] = {"error": f"{type(error).__name__}: {_scrub(str(error))}"}
     reply = replies[key]
     if "error" in reply:
-        pytest.fail(f"[k2 check request] {key[0]}: the engine failed the {key[1]} request: {reply['error']}", pytrace=False)
+        pytest.fail(
+            f"[k2 check request] {key[0]}: the engine failed the {key[1]} request: "
+            f"{reply['error']}",
+            pytrace=False,
+        )
     return reply
 
 
@@ -221,31 +260,54 @@ def _scrub(text: str) -> str:
     return text
 
 
-def _check_calls(check: Checker, probe: ProbeCase, reply: dict[str, Any], summary: EngineSummary | None) -> None:
+def _check_calls(
+    check: Checker, probe: ProbeCase, reply: dict[str, Any], summary: EngineSummary | None
+) -> None:
     """The per-call checks shared by the whole and streamed answers."""
     tools = {t["function"]["name"]: t["function"] for t in probe.tools}
     content = reply["content"] or ""
     leaked = [m for m in LEAK_MARKERS if m in content]
-    check("content-markers", not leaked, f"content carries marker bytes {leaked}: {content[:160]!r}")
+    check(
+        "content-markers", not leaked, f"content carries marker bytes {leaked}: {content[:160]!r}"
+    )
     calls = reply["calls"]
     if calls:
-        check("finish-reason", reply["finish_reason"] == "tool_calls",
-              f"finish_reason is {reply['finish_reason']!r} but {len(calls)} tool call(s) were returned")
+        check(
+            "finish-reason",
+            reply["finish_reason"] == "tool_calls",
+            f"finish_reason is {reply['finish_reason']!r} but {len(calls)} tool call(s) were "
+            "returned",
+        )
     for n, call in enumerate(calls):
-        check("declared-tool", call["name"] in tools,
-              f"call {n} names {call['name']!r}, not a declared tool ({', '.join(tools)})")
+        check(
+            "declared-tool",
+            call["name"] in tools,
+            f"call {n} names {call['name']!r}, not a declared tool ({', '.join(tools)})",
+        )
         if isinstance(probe.tool_choice, dict):
             named = probe.tool_choice["function"]["name"]
-            check("named-choice", call["name"] == named, f"call {n} is {call['name']!r}, the named tool_choice is {named!r}")
+            check(
+                "named-choice",
+                call["name"] == named,
+                f"call {n} is {call['name']!r}, the named tool_choice is {named!r}",
+            )
         ok, value = strict_json(call["arguments"] or "")
         if summary is not None:
             summary.calls += 1
-        check("arguments-json", ok, f"call {n} ({call['name']}) arguments are not JSON: {call['arguments']!r}")
+        check(
+            "arguments-json",
+            ok,
+            f"call {n} ({call['name']}) arguments are not JSON: {call['arguments']!r}",
+        )
         schema = tools[call["name"]].get("parameters") or {}
         error = _schema_error(value, schema)
         if summary is not None and error is None:
             summary.schema_valid += 1
-        check("arguments-schema", error is None, f"call {n} ({call['name']}) arguments {call['arguments']!r}: {error}")
+        check(
+            "arguments-schema",
+            error is None,
+            f"call {n} ({call['name']}) arguments {call['arguments']!r}: {error}",
+        )
 
 
 def _schema_error(value: Any, schema: Mapping[str, Any]) -> str | None:
@@ -261,11 +323,16 @@ def _schema_error(value: Any, schema: Mapping[str, Any]) -> str | None:
 def _check_ids(check: Checker, reply: dict[str, Any]) -> None:
     for n, call in enumerate(reply["calls"]):
         match = _KIMI_ID.match(call["id"] or "")
-        check("id-format", match is not None and match["name"] == call["name"],
-              f"call {n} ({call['name']}) has id {call['id']!r}, not functions.{call['name']}:IDX")
+        check(
+            "id-format",
+            match is not None and match["name"] == call["name"],
+            f"call {n} ({call['name']}) has id {call['id']!r}, not functions.{call['name']}:IDX",
+        )
 
 
-def _check_trigger(check: Checker, expect: Mapping[str, Any], calls: list, summary: EngineSummary | None) -> None:
+def _check_trigger(
+    check: Checker, expect: Mapping[str, Any], calls: list, summary: EngineSummary | None
+) -> None:
     wanted = expect["calls"]
     if wanted == "any":
         return
@@ -277,8 +344,11 @@ def _check_trigger(check: Checker, expect: Mapping[str, Any], calls: list, summa
     called, expected_call = bool(calls), wanted == "required"
     summary.trigger_total += 1
     allowed = expect.get("names")
-    summary.trigger_agree += (called == expected_call and len(calls) >= expect.get("min_calls", 0)
-                              and not (allowed and any(c["name"] not in allowed for c in calls)))
+    summary.trigger_agree += (
+        called == expected_call
+        and len(calls) >= expect.get("min_calls", 0)
+        and not (allowed and any(c["name"] not in allowed for c in calls))
+    )
     summary.trigger_tp += called and expected_call
     summary.trigger_fp += called and not expected_call
     summary.trigger_fn += expected_call and not called
@@ -297,8 +367,8 @@ def prompt_matches(expected: str, rendered: str) -> tuple[bool, str | None]:
     start = expected.find(DEFAULT_SYSTEM_TURN + "\n")
     if start < 0:
         return rendered == expected, None
-    head = expected[:start + len(DEFAULT_SYSTEM_TURN)]
-    tail = expected[start + len(DEFAULT_SYSTEM_TURN) + 1:]
+    head = expected[: start + len(DEFAULT_SYSTEM_TURN)]
+    tail = expected[start + len(DEFAULT_SYSTEM_TURN) + 1 :]
     for artifact in DEFAULT_SYSTEM_ARTIFACTS:
         if rendered == head + artifact + tail:
             return True, artifact
@@ -317,15 +387,21 @@ def test_prompt_conformance(engine, prompt_case):
         pytest.skip("/tokenize renders with the generation prompt; this golden stream has none")
     ok, artifact = prompt_matches(prompt_case.expected_prompt, rendered)
     assert ok, (
-        f"[k2 check prompt] {prompt_case.id}: the server's rendering differs from the golden prompt stream\n"
+        f"[k2 check prompt] {prompt_case.id}: the server's rendering differs from the golden "
+        "prompt stream\n"
         f"  expected: {prompt_case.expected_prompt!r}\n  rendered: {rendered!r}"
     )
     if artifact is not None:
-        print(f"[k2 prompt] {prompt_case.id}: after the injected default system prompt the server wrote {artifact!r}")
+        print(
+            f"[k2 prompt] {prompt_case.id}: after the injected default system prompt the server "
+            f"wrote {artifact!r}"
+        )
 
 
 def test_probe_whole(engine, client, probe, replies, summary):
-    reply = _reply(replies, (probe.id, "whole"), lambda: _ask_whole(client, engine, probe, probe.messages))
+    reply = _reply(
+        replies, (probe.id, "whole"), lambda: _ask_whole(client, engine, probe, probe.messages)
+    )
     summary.count_finish(reply["finish_reason"])
     check = Checker(probe.id, summary)
     _check_trigger(check, probe.expect, reply["calls"], summary)
@@ -335,48 +411,100 @@ def test_probe_whole(engine, client, probe, replies, summary):
 
 
 def test_probe_stream(engine, client, probe, replies, summary):
-    reply = _reply(replies, (probe.id, "stream"), lambda: _ask_stream(client, engine, probe, probe.messages))
+    reply = _reply(
+        replies, (probe.id, "stream"), lambda: _ask_stream(client, engine, probe, probe.messages)
+    )
     check = Checker(probe.id, summary)
     check("sse-invariants", not reply["violations"], "; ".join(reply["violations"]))
     _check_calls(check, probe, reply, None)
-    whole = _reply(replies, (probe.id, "whole"), lambda: _ask_whole(client, engine, probe, probe.messages))
+    whole = _reply(
+        replies, (probe.id, "whole"), lambda: _ask_whole(client, engine, probe, probe.messages)
+    )
     w = [(c["name"], c["arguments"]) for c in whole["calls"]]
     s = [(c["name"], c["arguments"]) for c in reply["calls"]]
     same = len(w) == len(s) and all(
-        wn == sn and (json_equal(strict_json(wa)[1], strict_json(sa)[1]) if strict_json(wa)[0] and strict_json(sa)[0] else wa == sa)
+        wn == sn
+        and (
+            json_equal(strict_json(wa)[1], strict_json(sa)[1])
+            if strict_json(wa)[0] and strict_json(sa)[0]
+            else wa == sa
+        )
         for (wn, wa), (sn, sa) in zip(w, s)
     )
-    check("stream-vs-whole", same, f"non-streaming calls {w} but streaming calls {s} (temperature 0, seed {engine['seed']})")
-    check("stream-vs-whole", whole["finish_reason"] == reply["finish_reason"],
-          f"finish_reason {whole['finish_reason']!r} non-streaming, {reply['finish_reason']!r} streaming")
-    check("stream-vs-whole", [c["id"] for c in whole["calls"]] == [c["id"] for c in reply["calls"]],
-          f"ids {[c['id'] for c in whole['calls']]} non-streaming, {[c['id'] for c in reply['calls']]} streaming")
+    check(
+        "stream-vs-whole",
+        same,
+        f"non-streaming calls {w} but streaming calls {s} (temperature 0, seed {engine['seed']})",
+    )
+    check(
+        "stream-vs-whole",
+        whole["finish_reason"] == reply["finish_reason"],
+        f"finish_reason {whole['finish_reason']!r} non-streaming, {reply['finish_reason']!r} "
+        "streaming",
+    )
+    check(
+        "stream-vs-whole",
+        [c["id"] for c in whole["calls"]] == [c["id"] for c in reply["calls"]],
+        f"ids {[c['id'] for c in whole['calls']]} non-streaming, "
+        f"{[c['id'] for c in reply['calls']]} streaming",
+    )
     check.done()
 
 
 def test_probe_follow_up(engine, client, probe, replies, summary):
     """Send the tool results back under the returned ids; the next turn must accept them."""
-    first = _reply(replies, (probe.id, "whole"), lambda: _ask_whole(client, engine, probe, probe.messages))
+    first = _reply(
+        replies, (probe.id, "whole"), lambda: _ask_whole(client, engine, probe, probe.messages)
+    )
     check = Checker(probe.id, summary)
     ids = [c["id"] for c in first["calls"]]
-    check("id-round-trip", bool(ids) and all(ids) and len(set(ids)) == len(ids), f"ids {ids} are missing or not unique")
-    assistant = {"role": "assistant", "content": first["content"] or "", "tool_calls": [
-        {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
-        for c in first["calls"]]}
+    check(
+        "id-round-trip",
+        bool(ids) and all(ids) and len(set(ids)) == len(ids),
+        f"ids {ids} are missing or not unique",
+    )
+    assistant = {
+        "role": "assistant",
+        "content": first["content"] or "",
+        "tool_calls": [
+            {
+                "id": c["id"],
+                "type": "function",
+                "function": {"name": c["name"], "arguments": c["arguments"]},
+            }
+            for c in first["calls"]
+        ],
+    }
     results = probe.follow_up["tool_results"]
-    tool_messages = [{"role": "tool", "tool_call_id": c["id"], "name": c["name"],
-                      "content": results.get(c["name"], "{}")} for c in first["calls"]]
+    tool_messages = [
+        {
+            "role": "tool",
+            "tool_call_id": c["id"],
+            "name": c["name"],
+            "content": results.get(c["name"], "{}"),
+        }
+        for c in first["calls"]
+    ]
     messages = [*probe.messages, assistant, *tool_messages]
     try:
         second = _ask_whole(client, engine, probe, messages)
     except Exception as error:  # noqa: BLE001
-        check("id-round-trip", False, f"the turn carrying ids {ids} was refused: {type(error).__name__}: {_scrub(str(error))}")
+        check(
+            "id-round-trip",
+            False,
+            f"the turn carrying ids {ids} was refused: "
+            f"{type(error).__name__}: {_scrub(str(error))}",
+        )
         check.done()
         return
     rendered = _render(engine, messages, probe.tools)
     if rendered is not None:
         missing = [i for i in ids if i not in rendered]
-        check("id-round-trip", not missing, f"ids {missing} do not reach the rendered prompt of the next turn")
+        check(
+            "id-round-trip",
+            not missing,
+            f"ids {missing} do not reach the rendered prompt of the next turn",
+        )
     _check_trigger(check, probe.follow_up["expect"], second["calls"], summary)
     _check_calls(check, probe, second, None)
     check.done()
@@ -393,13 +521,21 @@ def test_summary_thresholds(pytestconfig, summary):
     if accuracy is None:
         problems.append("schema accuracy has no observations (no tool call came back)")
     elif accuracy < min_accuracy:
-        problems.append(f"schema accuracy {accuracy:.3f} < {min_accuracy} ({summary.schema_valid}/{summary.calls})")
+        problems.append(
+            f"schema accuracy {accuracy:.3f} < {min_accuracy} "
+            f"({summary.schema_valid}/{summary.calls})"
+        )
     if agreement is None:
         problems.append("trigger decisions have no observations (no probe was answered)")
     elif agreement < min_agreement:
-        problems.append(f"trigger agreement {agreement:.3f} < {min_agreement} ({summary.trigger_agree}/{summary.trigger_total})")
+        problems.append(
+            f"trigger agreement {agreement:.3f} < {min_agreement} "
+            f"({summary.trigger_agree}/{summary.trigger_total})"
+        )
     if f1 is not None and f1 < min_f1:
-        problems.append(f"trigger f1 {f1:.3f} < {min_f1} (tp {summary.trigger_tp}, fp {summary.trigger_fp}, "
-                        f"fn {summary.trigger_fn})")
+        problems.append(
+            f"trigger f1 {f1:.3f} < {min_f1} (tp {summary.trigger_tp}, fp {summary.trigger_fp}, "
+            f"fn {summary.trigger_fn})"
+        )
     if problems:
         pytest.fail("[k2 check summary] " + "; ".join(problems), pytrace=False)

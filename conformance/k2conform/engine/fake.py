@@ -28,6 +28,7 @@ from k2conform.delivery import modes as dl
 from k2conform import markers as mk
 from k2conform.case.corpus import ProbeCase, load_corpus
 from k2conform.adapter.harness import execute
+from k2conform.errors import UsageError
 from k2conform.model import Request, Result, StreamEvent, ToolCall
 
 FAULTS: dict[str, str] = {
@@ -37,16 +38,26 @@ FAULTS: dict[str, str] = {
     "renamed-id": "every call id is renamed (call_<n>) instead of the model's functions.NAME:IDX",
     "no-tokenize": "the server has no /tokenize endpoint (404)",
     # Not faults: what a conforming server may do, which the plugin must pass.
-    "no-default-system-newline": "(conforming) the injected default system prompt is followed by no newline",
-    "one-call-of-two": "(conforming: a model's choice) of several tool calls only the first is made",
+    "no-default-system-newline": (
+        "(conforming) the injected default system prompt is followed by no newline"
+    ),
+    "one-call-of-two": (
+        "(conforming: a model's choice) of several tool calls only the first is made"
+    ),
 }
 
 
 class FakeEngine:
     """The engine's logic (no HTTP): probe look-up, generation, parsing, faults."""
 
-    def __init__(self, probes: Sequence[ProbeCase] | None = None, faults: Iterable[str] = (),
-                 adapter: str = "reference", model: str = "kimi-k2-fake", api_key: str | None = None) -> None:
+    def __init__(
+        self,
+        probes: Sequence[ProbeCase] | None = None,
+        faults: Iterable[str] = (),
+        adapter: str = "reference",
+        model: str = "kimi-k2-fake",
+        api_key: str | None = None,
+    ) -> None:
         from k2conform.adapter.registry import create_adapter, load
         from k2conform.delivery.tokenizer import load_tokenizer
 
@@ -68,10 +79,13 @@ class FakeEngine:
     # --- generation -----------------------------------------------------------------------
 
     def model_output(self, messages: Sequence[Mapping[str, Any]]) -> str:
-        """The probe replay for this conversation's turn (the turn = assistant messages after the probe's own)."""
+        """The probe replay for this conversation's turn (the turn = assistant messages after the
+        probe's own)."""
         for probe in self.probes:
             n = len(probe.messages)
-            if len(messages) >= n and all(_same(a, b) for a, b in zip(messages[:n], probe.messages)):
+            if len(messages) >= n and all(
+                _same(a, b) for a, b in zip(messages[:n], probe.messages)
+            ):
                 turn = sum(1 for m in messages[n:] if m.get("role") == "assistant")
                 if turn < len(probe.replay):
                     return probe.replay[turn]
@@ -82,7 +96,7 @@ class FakeEngine:
         if "one-call-of-two" not in self.faults or text.count(mk.CALL_BEGIN) < 2:
             return text
         second = text.find(mk.CALL_BEGIN, text.find(mk.CALL_END) + 1)
-        return text[:second] + text[text.find(mk.SECTION_END):]
+        return text[:second] + text[text.find(mk.SECTION_END) :]
 
     def complete(self, body: Mapping[str, Any]) -> tuple[Result, str]:
         """The parsed result of one request (whole), and the raw model output."""
@@ -98,8 +112,11 @@ class FakeEngine:
         text = self._chosen(self.model_output(body.get("messages") or []))
         request = _request(body)
         if request.tool_choice == "none" or not request.tools:
-            return [StreamEvent(content=d.text) for d in dl.deliveries(text, "stream-token", self.tokenizer)[0].deltas
-                    if d.text], text
+            return [
+                StreamEvent(content=d.text)
+                for d in dl.deliveries(text, "stream-token", self.tokenizer)[0].deltas
+                if d.text
+            ], text
         deltas = dl.deliveries(text, "stream-token", self.tokenizer)[0].deltas
         with self.lock:
             try:
@@ -112,7 +129,9 @@ class FakeEngine:
     def _fault_calls(self, calls: Sequence[ToolCall]) -> list[ToolCall]:
         out = []
         for n, call in enumerate(calls):
-            arguments = call.arguments[:-1] if "arguments-not-json" in self.faults else call.arguments
+            arguments = (
+                call.arguments[:-1] if "arguments-not-json" in self.faults else call.arguments
+            )
             call_id = f"call_{n}" if "renamed-id" in self.faults else call.id
             out.append(ToolCall(call.name, arguments, call_id))
         return out
@@ -127,17 +146,39 @@ class FakeEngine:
         calls = self._fault_calls(result.tool_calls)
         content = result.content
         if "markers-in-content" in self.faults and calls:
-            content = (content or "") + text[text.find(mk.SECTION_BEGIN):]
-        message: dict[str, Any] = {"role": "assistant", "content": content, "reasoning_content": result.reasoning}
+            content = (content or "") + text[text.find(mk.SECTION_BEGIN) :]
+        message: dict[str, Any] = {
+            "role": "assistant",
+            "content": content,
+            "reasoning_content": result.reasoning,
+        }
         if calls:
             message["tool_calls"] = [
-                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in calls
+                {
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": c.arguments},
+                }
+                for c in calls
             ]
         return {
-            "id": f"chatcmpl-{self._next()}", "object": "chat.completion", "created": int(time.time()),
+            "id": f"chatcmpl-{self._next()}",
+            "object": "chat.completion",
+            "created": int(time.time()),
             "model": self.model,
-            "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": self._finish(bool(calls))}],
-            "usage": {"prompt_tokens": 1, "completion_tokens": len(text), "total_tokens": len(text) + 1},
+            "choices": [
+                {
+                    "index": 0,
+                    "message": message,
+                    "logprobs": None,
+                    "finish_reason": self._finish(bool(calls)),
+                }
+            ],
+            "usage": {
+                "prompt_tokens": 1,
+                "completion_tokens": len(text),
+                "total_tokens": len(text) + 1,
+            },
         }
 
     def chat_chunks(self, body: Mapping[str, Any]) -> Iterable[dict[str, Any]]:
@@ -145,13 +186,20 @@ class FakeEngine:
         ident, created = f"chatcmpl-{self._next()}", int(time.time())
 
         def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-            return {"id": ident, "object": "chat.completion.chunk", "created": created, "model": self.model,
-                    "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+            return {
+                "id": ident,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": self.model,
+                "choices": [
+                    {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+                ],
+            }
 
         yield chunk({"role": "assistant", "content": ""})
         seen: dict[int, int] = {}
         if "markers-in-content" in self.faults and any(e.tool_calls for e in events):
-            yield chunk({"content": text[text.find(mk.SECTION_BEGIN):]})
+            yield chunk({"content": text[text.find(mk.SECTION_BEGIN) :]})
         pending_cut: dict[int, bool] = {}
         for event in events:
             delta: dict[str, Any] = {}
@@ -182,16 +230,24 @@ class FakeEngine:
         finish = self._finish(bool(seen))
         if "arguments-not-json" in self.faults and seen:
             # a stray fragment after the arguments: the concatenation is no longer JSON
-            yield chunk({"tool_calls": [{"index": i, "function": {"arguments": "}"}} for i in sorted(seen)]})
+            yield chunk(
+                {"tool_calls": [{"index": i, "function": {"arguments": "}"}} for i in sorted(seen)]}
+            )
         yield chunk({}, finish)
 
     def tokenize(self, body: Mapping[str, Any]) -> dict[str, Any]:
         from k2conform.reference.render import DEFAULT_SYSTEM_PROMPT, render
 
         if "messages" in body:
-            text = render(body["messages"], body.get("tools") or [], bool(body.get("add_generation_prompt", True)))
+            text = render(
+                body["messages"],
+                body.get("tools") or [],
+                bool(body.get("add_generation_prompt", True)),
+            )
             if "no-default-system-newline" in self.faults:
-                text = text.replace(DEFAULT_SYSTEM_PROMPT + mk.IM_END + "\n", DEFAULT_SYSTEM_PROMPT + mk.IM_END, 1)
+                text = text.replace(
+                    DEFAULT_SYSTEM_PROMPT + mk.IM_END + "\n", DEFAULT_SYSTEM_PROMPT + mk.IM_END, 1
+                )
         else:
             text = body.get("prompt", "")
         tokens = [i for i, _ in self.tokenizer.tokenize_spans(text)]
@@ -218,8 +274,11 @@ def _same(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
 
 def _request(body: Mapping[str, Any]) -> Request:
     tools = tuple(body.get("tools") or ())
-    return Request(tools=tools, tool_choice=body.get("tool_choice") or ("auto" if tools else "none"),
-                   thinking=bool((body.get("chat_template_kwargs") or {}).get("thinking", False)))
+    return Request(
+        tools=tools,
+        tool_choice=body.get("tool_choice") or ("auto" if tools else "none"),
+        thinking=bool((body.get("chat_template_kwargs") or {}).get("thinking", False)),
+    )
 
 
 def _handler(engine: FakeEngine) -> type[BaseHTTPRequestHandler]:
@@ -238,7 +297,10 @@ def _handler(engine: FakeEngine) -> type[BaseHTTPRequestHandler]:
             self.wfile.write(payload)
 
         def _error(self, status: int, message: str) -> None:
-            self._json(status, {"error": {"message": message, "type": "invalid_request_error", "code": status}})
+            self._json(
+                status,
+                {"error": {"message": message, "type": "invalid_request_error", "code": status}},
+            )
 
         def _authorised(self) -> bool:
             if engine.api_key is None:
@@ -252,7 +314,13 @@ def _handler(engine: FakeEngine) -> type[BaseHTTPRequestHandler]:
             if not self._authorised():
                 return
             if self.path.rstrip("/") == "/v1/models":
-                self._json(200, {"object": "list", "data": [{"id": engine.model, "object": "model", "owned_by": "k2conform"}]})
+                self._json(
+                    200,
+                    {
+                        "object": "list",
+                        "data": [{"id": engine.model, "object": "model", "owned_by": "k2conform"}],
+                    },
+                )
             else:
                 self._error(404, f"no route {self.path}")
 
@@ -275,7 +343,10 @@ def _handler(engine: FakeEngine) -> type[BaseHTTPRequestHandler]:
                     else:
                         self._json(200, engine.chat_response(body))
                 elif path in ("/tokenize", "/detokenize") and "no-tokenize" not in engine.faults:
-                    self._json(200, engine.tokenize(body) if path == "/tokenize" else engine.detokenize(body))
+                    self._json(
+                        200,
+                        engine.tokenize(body) if path == "/tokenize" else engine.detokenize(body),
+                    )
                 else:
                     self._error(404, f"no route {self.path}")
             except EngineError as error:
@@ -300,8 +371,14 @@ class Server:
     """The fake engine on loopback, in a background thread: ``with Server(...) as url:``."""
 
     def __init__(self, engine: FakeEngine, host: str = "127.0.0.1", port: int = 0) -> None:
+        """Binds at once; a port in use, an unknown host or a port out of range is a UsageError
+        naming ``host:port`` and the system's reason (the user chose them)."""
         self.engine = engine
-        self.httpd = ThreadingHTTPServer((host, port), _handler(engine))
+        try:
+            self.httpd = ThreadingHTTPServer((host, port), _handler(engine))
+        except (OSError, OverflowError) as error:
+            reason = getattr(error, "strerror", None) or str(error)
+            raise UsageError(f"cannot serve on {host}:{port}: {reason}") from None
         self.httpd.daemon_threads = True
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
@@ -320,17 +397,29 @@ class Server:
 
 
 def add_parser(subparsers: Any) -> None:
-    p = subparsers.add_parser("serve-fake-engine", help="serve the probe replays as an OpenAI-compatible engine (CI)")
+    p = subparsers.add_parser(
+        "serve-fake-engine", help="serve the probe replays as an OpenAI-compatible engine (CI)"
+    )
     p.description = (
-        "A Kimi K2 engine without a GPU: generates each probe's replay, parses it with an adapter and "
-        "serves /v1/chat/completions (JSON and SSE), /v1/models, /tokenize and /detokenize on loopback. "
+        "A Kimi K2 engine without a GPU: generates each probe's replay, parses it with an adapter "
+        "and "
+        "serves /v1/chat/completions (JSON and SSE), /v1/models, /tokenize and /detokenize on "
+        "loopback. "
         "Faults: " + "; ".join(f"{k}: {v}" for k, v in FAULTS.items())
     )
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--model", default="kimi-k2-fake")
-    p.add_argument("--adapter", default="reference", help="the adapter whose parser serves the replies")
-    p.add_argument("--fault", action="append", default=[], choices=list(FAULTS), help="inject a broken behaviour (repeatable)")
+    p.add_argument(
+        "--adapter", default="reference", help="the adapter whose parser serves the replies"
+    )
+    p.add_argument(
+        "--fault",
+        action="append",
+        default=[],
+        choices=list(FAULTS),
+        help="inject a broken behaviour (repeatable)",
+    )
     p.add_argument("--api-key-env", help="require the key held by this environment variable")
     p.set_defaults(handler=cmd_serve_fake_engine)
 
@@ -341,7 +430,10 @@ def cmd_serve_fake_engine(args: argparse.Namespace) -> int:
     key = os.environ.get(args.api_key_env) if args.api_key_env else None
     engine = FakeEngine(faults=args.fault, adapter=args.adapter, model=args.model, api_key=key)
     server = Server(engine, args.host, args.port)
-    print(f"serving {args.model} on {server.url} (faults: {', '.join(args.fault) or 'none'})", flush=True)
+    print(
+        f"serving {args.model} on {server.url} (faults: {', '.join(args.fault) or 'none'})",
+        flush=True,
+    )
     try:
         server.httpd.serve_forever()
     except KeyboardInterrupt:

@@ -2,7 +2,8 @@
 ``--k2-engine-url`` is given.
 
     pytest --k2-engine-url http://127.0.0.1:8000/v1 --k2-model moonshotai/Kimi-K2-Instruct \\
-           [--k2-api-key-env MY_KEY_VAR] [--k2-min-schema-accuracy 0.95] [--k2-min-trigger-agreement 0.95]
+           [--k2-api-key-env MY_KEY_VAR] [--k2-min-schema-accuracy 0.95]
+           [--k2-min-trigger-agreement 0.95]
 
 With the option, the session collects ``k2conform.engine.checks`` (prompt conformance
 through the server's ``/tokenize``, the probe conversations of ``corpus/probes`` whole and
@@ -66,36 +67,70 @@ class EngineSummary:
     @property
     def trigger_f1(self) -> float | None:
         p, r = self.trigger_precision, self.trigger_recall
-        return 2 * p * r / (p + r) if p and r else (0.0 if p is not None and r is not None else None)
+        return (
+            2 * p * r / (p + r) if p and r else (0.0 if p is not None and r is not None else None)
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
             "finish_reasons": dict(sorted(self.finish_reasons.items())),
-            "tool_calls": self.calls, "schema_valid": self.schema_valid, "schema_accuracy": self.schema_accuracy,
-            "trigger_total": self.trigger_total, "trigger_agree": self.trigger_agree,
-            "trigger_agreement": self.trigger_agreement, "trigger_precision": self.trigger_precision,
-            "trigger_recall": self.trigger_recall, "trigger_f1": self.trigger_f1, "failed_checks": dict(sorted(self.failed_checks.items())),
+            "tool_calls": self.calls,
+            "schema_valid": self.schema_valid,
+            "schema_accuracy": self.schema_accuracy,
+            "trigger_total": self.trigger_total,
+            "trigger_agree": self.trigger_agree,
+            "trigger_agreement": self.trigger_agreement,
+            "trigger_precision": self.trigger_precision,
+            "trigger_recall": self.trigger_recall,
+            "trigger_f1": self.trigger_f1,
+            "failed_checks": dict(sorted(self.failed_checks.items())),
         }
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("k2conform", "Kimi K2 tool-calling conformance of a live engine")
-    group.addoption("--k2-engine-url", help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1 (enables the plugin)")
+    group.addoption(
+        "--k2-engine-url",
+        help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1 (enables the plugin)",
+    )
     group.addoption("--k2-model", help="the served model name")
-    group.addoption("--k2-api-key-env", metavar="VAR", help="environment variable holding the API key (never printed)")
+    group.addoption(
+        "--k2-api-key-env",
+        metavar="VAR",
+        help="environment variable holding the API key (never printed)",
+    )
     group.addoption("--k2-corpus", help="corpus directory (default: the shipped corpus)")
-    group.addoption("--k2-seed", type=int, default=1234, help="seed sent with every request (default 1234)")
+    group.addoption(
+        "--k2-seed", type=int, default=1234, help="seed sent with every request (default 1234)"
+    )
     group.addoption("--k2-timeout", type=float, default=120.0, help="seconds per request")
-    group.addoption("--k2-min-schema-accuracy", type=float, default=1.0,
-                    help="fail the summary below this share of calls whose arguments validate (default 1.0)")
-    group.addoption("--k2-script", action="store_true",
-                    help="send each probe's replay as the forcing script (vllm_xargs.k2conform_script): for a "
-                         "server running k2conform's logits processor, as the vllm-server adapter's server does")
-    group.addoption("--k2-min-trigger-f1", type=float, default=0.80,
-                    help="fail the summary below this f1 of call/no-call decisions against the probes' recorded "
-                         "reference decisions (K2-Vendor-Verifier's threshold; default 0.80)")
-    group.addoption("--k2-min-trigger-agreement", type=float, default=0.0,
-                    help="fail the summary below this share of probes whose decision and call count match (default: off)")
+    group.addoption(
+        "--k2-min-schema-accuracy",
+        type=float,
+        default=1.0,
+        help="fail the summary below this share of calls whose arguments validate (default 1.0)",
+    )
+    group.addoption(
+        "--k2-script",
+        action="store_true",
+        help="send each probe's replay as the forcing script (vllm_xargs.k2conform_script): for a "
+        "server running k2conform's logits processor, as the vllm-server adapter's server does",
+    )
+    group.addoption(
+        "--k2-min-trigger-f1",
+        type=float,
+        default=0.80,
+        help="fail the summary below this f1 of call/no-call decisions against the probes' "
+        "recorded "
+        "reference decisions (K2-Vendor-Verifier's threshold; default 0.80)",
+    )
+    group.addoption(
+        "--k2-min-trigger-agreement",
+        type=float,
+        default=0.0,
+        help="fail the summary below this share of probes whose decision and call count match "
+        "(default: off)",
+    )
     group.addoption("--k2-summary-json", help="write the summary (no secrets) to this file")
 
 
@@ -126,7 +161,9 @@ def _check_reachable(url: str, timeout: float) -> None:
         urllib.request.urlopen(models, timeout=min(timeout, 10.0)).close()
     except urllib.error.HTTPError as error:
         if error.code not in (401, 403):  # a server that wants a key is there
-            raise pytest.UsageError(f"k2conform: the engine at {url} answers GET /models with HTTP {error.code}") from None
+            raise pytest.UsageError(
+                f"k2conform: the engine at {url} answers GET /models with HTTP {error.code}"
+            ) from None
     except (urllib.error.URLError, OSError, ValueError) as error:
         reason = getattr(error, "reason", error)
         raise pytest.UsageError(f"k2conform: cannot reach the engine at {url}: {reason}") from None
@@ -150,15 +187,24 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     terminalreporter.line(f"finish_reason: {json.dumps(data['finish_reasons'])}")
     acc, trig = data["schema_accuracy"], data["trigger_agreement"]
     terminalreporter.line(
-        f"schema accuracy: {summary.schema_valid}/{summary.calls}" + (f" = {acc:.3f}" if acc is not None else "")
+        f"schema accuracy: {summary.schema_valid}/{summary.calls}"
+        + (f" = {acc:.3f}" if acc is not None else "")
     )
     terminalreporter.line(
-        f"trigger agreement: {summary.trigger_agree}/{summary.trigger_total}" + (f" = {trig:.3f}" if trig is not None else "")
+        f"trigger agreement: {summary.trigger_agree}/{summary.trigger_total}"
+        + (f" = {trig:.3f}" if trig is not None else "")
     )
-    terminalreporter.line("trigger precision / recall / f1: " + " / ".join(
-        "-" if v is None else f"{v:.3f}" for v in (summary.trigger_precision, summary.trigger_recall, summary.trigger_f1)))
+    terminalreporter.line(
+        "trigger precision / recall / f1: "
+        + " / ".join(
+            "-" if v is None else f"{v:.3f}"
+            for v in (summary.trigger_precision, summary.trigger_recall, summary.trigger_f1)
+        )
+    )
     if data["failed_checks"]:
-        terminalreporter.line("failed checks: " + ", ".join(f"{k} x{v}" for k, v in data["failed_checks"].items()))
+        terminalreporter.line(
+            "failed checks: " + ", ".join(f"{k} x{v}" for k, v in data["failed_checks"].items())
+        )
     path = config.getoption("k2_summary_json")
     if path:
         Path(path).write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")

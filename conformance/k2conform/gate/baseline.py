@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import re
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,8 @@ from k2conform.model import Cell, CellOutcome, RunResults
 _REQUIRED = ("adapter", "outcome", "fields", "deliveries", "cases")
 _KEYS = set(_REQUIRED) | {"reason", "link"}
 TODO = "TODO: review and explain"
+#: An entry's ``link``: one upstream report (issue, pull request, commit) of this behaviour.
+_URL = re.compile(r"^https?://[^\s/]+/\S*$")
 
 
 @dataclass(frozen=True)
@@ -33,7 +36,8 @@ class BaselineEntry:
     deliveries: tuple[str, ...]
     cases: tuple[str, ...]
     reason: str = ""
-    link: str = ""
+    #: The upstream report of this behaviour; None: not reported upstream (docs/baseline.md).
+    link: str | None = None
 
     def covers_delivery(self, delivery: str) -> bool:
         return "*" in self.deliveries or delivery in self.deliveries
@@ -52,8 +56,12 @@ class BaselineEntry:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "adapter": self.adapter, "outcome": self.outcome, "fields": list(self.fields),
-            "deliveries": list(self.deliveries), "reason": self.reason, "link": self.link,
+            "adapter": self.adapter,
+            "outcome": self.outcome,
+            "fields": list(self.fields),
+            "deliveries": list(self.deliveries),
+            "reason": self.reason,
+            "link": self.link,
             "cases": list(self.cases),
         }
 
@@ -85,17 +93,37 @@ def load_baseline(path: Path | str) -> Baseline:
                 raise CorpusError(path, f"{where}.{key}", "missing")
         for key in raw:
             if key not in _KEYS:
-                raise CorpusError(path, f"{where}.{key}", f"unknown field (allowed: {', '.join(sorted(_KEYS))})")
-        entries.append(BaselineEntry(
-            raw["adapter"], raw["outcome"], tuple(raw["fields"]), tuple(raw["deliveries"]),
-            tuple(raw["cases"]), raw.get("reason", ""), raw.get("link", ""),
-        ))
+                raise CorpusError(
+                    path, f"{where}.{key}", f"unknown field (allowed: {', '.join(sorted(_KEYS))})"
+                )
+        entries.append(
+            BaselineEntry(
+                raw["adapter"],
+                raw["outcome"],
+                tuple(raw["fields"]),
+                tuple(raw["deliveries"]),
+                tuple(raw["cases"]),
+                raw.get("reason", ""),
+                _link(raw.get("link"), path, f"{where}.link"),
+            )
+        )
     adapters = data.get("adapters")
     if adapters is None:  # a baseline written before it named its adapters: those of its entries
         adapters = sorted({e.adapter for e in entries})
     if not isinstance(adapters, list) or not all(isinstance(a, str) for a in adapters):
         raise CorpusError(path, "adapters", "must be a list of adapter names")
     return Baseline(tuple(adapters), tuple(entries))
+
+
+def _link(value: Any, path: Path, where: str) -> str | None:
+    """An entry's link as written: one URL, or null for a behaviour not reported upstream."""
+    if value is None or (isinstance(value, str) and _URL.match(value)):
+        return value
+    raise CorpusError(
+        path,
+        where,
+        f"must be one upstream URL (https://...) or null (not reported upstream), not {value!r}",
+    )
 
 
 @dataclass(frozen=True)
@@ -107,8 +135,13 @@ class Stale:
     delivery: str
 
     def to_json(self) -> dict[str, Any]:
-        return {"case": self.case, "adapter": self.entry.adapter, "delivery": self.delivery,
-                "outcome": self.entry.outcome, "fields": list(self.entry.fields)}
+        return {
+            "case": self.case,
+            "adapter": self.entry.adapter,
+            "delivery": self.delivery,
+            "outcome": self.entry.outcome,
+            "fields": list(self.entry.fields),
+        }
 
 
 @dataclass
@@ -154,43 +187,72 @@ def judge(cells: Sequence[Cell], entries: Sequence[BaselineEntry]) -> Verdict:
                 if not any((i, case, d) in matched for d in deliveries):
                     stale.append(Stale(entry, case, "*"))
             else:
-                stale.extend(Stale(entry, case, d) for d in entry.deliveries
-                             if d in deliveries and (i, case, d) not in matched)
+                stale.extend(
+                    Stale(entry, case, d)
+                    for d in entry.deliveries
+                    if d in deliveries and (i, case, d) not in matched
+                )
     return Verdict(new, baselined, stale, {a: dict(e) for a, e in adapter_errors.items()})
 
 
-def gate(results: RunResults, baseline: Baseline | None,
-         allow_missing: Sequence[str] = ()) -> tuple[RunResults, bool]:
+def gate(
+    results: RunResults, baseline: Baseline | None, allow_missing: Sequence[str] = ()
+) -> tuple[RunResults, bool]:
     """The run's verdict, attached to the results.  It passes when cells were run, no adapter
     glue failed, and, with a baseline, no finding is new, no entry is stale and every adapter
     the baseline names ran (unless allowed missing); without one, when nothing is a finding."""
     verdict = judge(results.cells, baseline.entries if baseline else [])
     empty = ["no cell was run"] if not results.cells else []
     if baseline is None:
-        passed = not empty and not verdict.adapter_errors and not any(c.outcome.finding for c in results.cells)
+        passed = (
+            not empty
+            and not verdict.adapter_errors
+            and not any(c.outcome.finding for c in results.cells)
+        )
         return results.with_extra(adapter_errors=verdict.adapter_errors), passed
     rows = {row.name: row for row in results.adapters}
     missing = []
     for name in baseline.adapters:
         row = rows.get(name)
-        if name in allow_missing or (row is not None and row.status != "unavailable"
-                                     and any(c.adapter == name for c in results.cells)):
+        if name in allow_missing or (
+            row is not None
+            and row.status != "unavailable"
+            and any(c.adapter == name for c in results.cells)
+        ):
             continue
-        why = f"{row.status}: {row.reason}" if row is not None and row.reason else "not selected for this run"
-        missing.append(f"the baseline covers {name}, which did not run ({why}); --allow-missing {name} if deliberate")
+        why = (
+            f"{row.status}: {row.reason}"
+            if row is not None and row.reason
+            else "not selected for this run"
+        )
+        missing.append(
+            f"the baseline covers {name}, which did not run ({why}); --allow-missing {name} if "
+            "deliberate"
+        )
     passed = verdict.passed and not missing and not empty
-    block = {"passed": passed, "new": len(verdict.new), "baselined": len(verdict.baselined),
-             "stale": [e.to_json() for e in verdict.stale], "missing": missing + empty,
-             "new_cells": [f"{c.case} {c.adapter} {c.delivery}: {c.outcome} {','.join(c.fields)}" for c in verdict.new]}
+    block = {
+        "passed": passed,
+        "new": len(verdict.new),
+        "baselined": len(verdict.baselined),
+        "stale": [e.to_json() for e in verdict.stale],
+        "missing": missing + empty,
+        "new_cells": [
+            f"{c.case} {c.adapter} {c.delivery}: {c.outcome} {','.join(c.fields)}"
+            for c in verdict.new
+        ],
+    }
     return results.with_extra(adapter_errors=verdict.adapter_errors, gate=block), passed
 
 
-def baseline_from_cells(cells: Iterable[Cell], previous: Sequence[BaselineEntry] = (),
-                        adapters: Iterable[str] = ()) -> dict[str, Any]:
+def baseline_from_cells(
+    cells: Iterable[Cell], previous: Sequence[BaselineEntry] = (), adapters: Iterable[str] = ()
+) -> dict[str, Any]:
     """One entry per behaviour covering every failing cell; reviewed reasons are kept.  The
     baseline names ``adapters`` (those that ran) as the ones it vouches for."""
     modes_run: dict[tuple[str, str], set[str]] = defaultdict(set)
-    failing: dict[tuple[str, str, tuple[str, ...]], dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+    failing: dict[tuple[str, str, tuple[str, ...]], dict[str, set[str]]] = defaultdict(
+        lambda: defaultdict(set)
+    )
     for cell in cells:
         modes_run[(cell.adapter, cell.case)].add(cell.delivery)
         if cell.outcome.finding:
@@ -203,21 +265,37 @@ def baseline_from_cells(cells: Iterable[Cell], previous: Sequence[BaselineEntry]
             by_deliveries[("*",) if everywhere else tuple(sorted(deliveries))].append(case)
         for deliveries, cases in by_deliveries.items():
             reason, link = _reviewed(previous, adapter, outcome, fields, cases)
-            entries.append(BaselineEntry(adapter, outcome, fields, deliveries, tuple(sorted(cases)), reason, link).to_json())
+            entries.append(
+                BaselineEntry(
+                    adapter, outcome, fields, deliveries, tuple(sorted(cases)), reason, link
+                ).to_json()
+            )
     entries.sort(key=lambda e: (e["adapter"], e["outcome"], e["fields"], e["deliveries"]))
     return {"version": 1, "adapters": sorted(adapters), "entries": entries}
 
 
-def _reviewed(previous: Sequence[BaselineEntry], adapter: str, outcome: str, fields: tuple[str, ...],
-              cases: Sequence[str]) -> tuple[str, str]:
-    """The reasons and links reviewers wrote for earlier entries of the same behaviour;
+def _reviewed(
+    previous: Sequence[BaselineEntry],
+    adapter: str,
+    outcome: str,
+    fields: tuple[str, ...],
+    cases: Sequence[str],
+) -> tuple[str, str | None]:
+    """The reasons and link reviewers wrote for earlier entries of the same behaviour;
     cases that no reviewed entry covered yet are named in a TODO, so nothing new hides
-    behind an old explanation."""
-    old = [e for e in previous if (e.adapter, e.outcome, e.fields) == (adapter, outcome, fields)
-           and any(e.covers_case(c) for c in cases) and not e.reason.startswith(TODO)]
+    behind an old explanation.  An entry has one link: when merged entries cited several,
+    the first stays the link and the others are named in the reason."""
+    old = [
+        e
+        for e in previous
+        if (e.adapter, e.outcome, e.fields) == (adapter, outcome, fields)
+        and any(e.covers_case(c) for c in cases)
+        and not e.reason.startswith(TODO)
+    ]
     reasons = list(dict.fromkeys(e.reason for e in old if e.reason))
     links = list(dict.fromkeys(e.link for e in old if e.link))
+    reasons.extend(f"(also reported: {link})" for link in links[1:])
     unreviewed = [c for c in cases if not any(e.covers_case(c) for e in old)]
     if unreviewed:
         reasons.append(f"{TODO} {', '.join(unreviewed)}" if reasons else TODO)
-    return " / ".join(reasons), " ".join(links)
+    return " / ".join(reasons), links[0] if links else None
