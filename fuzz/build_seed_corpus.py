@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Build the seed corpus of the fuzz targets from corpus/ (same as `k2conform fuzz seed-corpus`).
 
-    python fuzz/build_seed_corpus.py [OUT_DIR] [--corpus DIR]
+python fuzz/build_seed_corpus.py [OUT_DIR] [--corpus DIR]
 """
 
 import sys

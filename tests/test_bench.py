@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from k2conform.bench import measure as bench
+from k2conform.bench.fuzz_speed import fuzz_lines, fuzz_row, fuzz_speeds
 from k2conform.cli import main
 from k2conform.delivery.modes import cut
 from k2conform.reference.parser import ReferenceParser
@@ -19,7 +20,9 @@ SIZES = [1, 4, 10, 40, 100, 400]
 
 
 def test_exponent_of_a_quadratic_series_is_two_and_of_a_linear_one_is_one():
-    assert bench.fit_exponent(SIZES, [3e-6 * s * s + 1e-9 for s in SIZES]) == pytest.approx(2.0, abs=0.01)
+    assert bench.fit_exponent(SIZES, [3e-6 * s * s + 1e-9 for s in SIZES]) == pytest.approx(
+        2.0, abs=0.01
+    )
     assert bench.fit_exponent(SIZES, [5e-4 * s for s in SIZES]) == pytest.approx(1.0, abs=1e-9)
     assert bench.fit_exponent(SIZES, [0.25] * len(SIZES)) == pytest.approx(0.0, abs=1e-9)
     assert bench.fit_exponent([10], [1.0]) is None
@@ -38,35 +41,77 @@ def _series(adapter, delivery, per_delta_us, workload="args"):
     deltas = [s * 250 for s in SIZES]
     seconds = [c * d / 1e6 for c, d in zip(per_delta_us, deltas)]
     exponent, fitted = bench.series_exponent(SIZES, seconds)
-    return {"adapter": adapter, "version": "1.0", "workload": workload, "delivery": delivery, "sizes_kb": SIZES,
-            "median_s": seconds, "per_delta_us": per_delta_us, "throughput_kchars_s": [1.0] * 6,
-            "exponent": exponent, "fitted_sizes_kb": fitted, "capped": None}
+    return {
+        "adapter": adapter,
+        "version": "1.0",
+        "workload": workload,
+        "delivery": delivery,
+        "sizes_kb": SIZES,
+        "median_s": seconds,
+        "per_delta_us": per_delta_us,
+        "throughput_kchars_s": [1.0] * 6,
+        "exponent": exponent,
+        "fitted_sizes_kb": fitted,
+        "capped": None,
+    }
 
 
 def test_superlinear_flag_only_above_the_threshold_with_evidence():
-    assert bench.is_superlinear(1.31) and not bench.is_superlinear(1.3) and not bench.is_superlinear(None)
-    doc = {"series": [
-        _series("linear", "stream-4char", [10.0] * 6),
-        _series("quadratic", "stream-4char", [s * 0.5 for s in SIZES]),  # per-delta cost grows with the text
-        _series("quadratic", "whole", [s * 0.5 for s in SIZES]),  # one-shot: not a streaming finding
-        _series("quadratic", "stream-token", [s * 0.5 for s in SIZES], workload="content"),
-    ]}
+    assert (
+        bench.is_superlinear(1.31)
+        and not bench.is_superlinear(1.3)
+        and not bench.is_superlinear(None)
+    )
+    doc = {
+        "series": [
+            _series("linear", "stream-4char", [10.0] * 6),
+            _series(
+                "quadratic", "stream-4char", [s * 0.5 for s in SIZES]
+            ),  # per-delta cost grows with the text
+            _series(
+                "quadratic", "whole", [s * 0.5 for s in SIZES]
+            ),  # one-shot: not a streaming finding
+            _series("quadratic", "stream-token", [s * 0.5 for s in SIZES], workload="content"),
+        ]
+    }
     rows = bench.streaming_cost(doc)
-    assert [(r["adapter"], r["delivery"]) for r in rows] == [("linear", "stream-4char"), ("quadratic", "stream-4char")]
+    assert [(r["adapter"], r["delivery"]) for r in rows] == [
+        ("linear", "stream-4char"),
+        ("quadratic", "stream-4char"),
+    ]
     linear, quadratic = rows
     assert linear["finding"] is None and linear["exponent"] == pytest.approx(1.0)
     assert quadratic["finding"] == "superlinear" and quadratic["exponent"] == pytest.approx(2.0)
-    assert quadratic["evidence"]["sizes_kb"] == SIZES and quadratic["evidence"]["per_delta_us"][-1] == 200.0
+    assert (
+        quadratic["evidence"]["sizes_kb"] == SIZES
+        and quadratic["evidence"]["per_delta_us"][-1] == 200.0
+    )
     lines = streaming_cost_lines({"streaming_cost": rows})
-    assert "### Streaming cost" in lines and any("**superlinear**" in line and "quadratic" in line for line in lines)
+    assert "### Streaming cost" in lines and any(
+        "**superlinear**" in line and "quadratic" in line for line in lines
+    )
     assert [r[4] for r in streaming_cost_rows({"streaming_cost": rows})] == ["ok", "superlinear"]
     assert streaming_cost_lines({}) == []
 
 
 def test_bench_quick_on_the_reference_writes_json_and_a_png(tmp_path, capsys):
     out, png = tmp_path / "bench.json", tmp_path / "bench.png"
-    status = main(["bench", "--adapter", "reference", "--quick", "--json", str(out), "--plot", str(png),
-                   "--series-budget", "30", "--max-seconds", "300"])  # all sizes even on a loaded machine
+    status = main(
+        [
+            "bench",
+            "--adapter",
+            "reference",
+            "--quick",
+            "--json",
+            str(out),
+            "--plot",
+            str(png),
+            "--series-budget",
+            "30",
+            "--max-seconds",
+            "300",
+        ]
+    )  # all sizes even on a loaded machine
     assert status == 0
     doc = json.loads(out.read_text())
     assert doc["quick"] and doc["errors"] == {}
@@ -74,10 +119,17 @@ def test_bench_quick_on_the_reference_writes_json_and_a_png(tmp_path, capsys):
     kinds = {(r["workload"], r["delivery"]) for r in doc["series"]}
     assert {(w, d) for w in ("args", "content", "parallel") for d in bench.DELIVERIES} <= kinds
     for row in doc["series"]:
-        assert len(row["sizes_kb"]) == len(row["median_s"]) == len(row["per_delta_us"]) == len(row["reps"])
+        assert (
+            len(row["sizes_kb"])
+            == len(row["median_s"])
+            == len(row["per_delta_us"])
+            == len(row["reps"])
+        )
         assert all(t > 0 for t in row["median_s"])
     args = [r for r in doc["series"] if r["workload"] == "args"]
-    assert all(r["sizes_kb"] == list(bench.QUICK_SIZES_KB) and r["exponent"] is not None for r in args)
+    assert all(
+        r["sizes_kb"] == list(bench.QUICK_SIZES_KB) and r["exponent"] is not None for r in args
+    )
     assert {r["delivery"] for r in doc["streaming_cost"]} == set(bench.STREAMING)
     assert doc["memory"] and all(m["peak_kib"] > 0 for m in doc["memory"])
     assert doc["harness"][0]["cells"] > 0 and 0 <= doc["harness"][0]["outside_share"] <= 1
@@ -87,11 +139,57 @@ def test_bench_quick_on_the_reference_writes_json_and_a_png(tmp_path, capsys):
 
 def test_the_plain_png_writer_needs_no_matplotlib(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import fails as when it is not installed
-    doc = {"k2conform": "x", "series": [_series("reference", "stream-4char", [3.0] * 6),
-                                        _series("sglang", "whole", [s * 0.5 for s in SIZES])]}
+    doc = {
+        "k2conform": "x",
+        "series": [
+            _series("reference", "stream-4char", [3.0] * 6),
+            _series("sglang", "whole", [s * 0.5 for s in SIZES]),
+        ],
+    }
     assert bench.plot(doc, tmp_path / "p.png") == "raster"
     data = (tmp_path / "p.png").read_bytes()
     assert data.startswith(PNG_SIGNATURE) and b"IEND" in data[-12:]
+
+
+LIBFUZZER_OUTPUT = """[k2conform fuzz] instrumented 27 functions in 1 modules: ...
+[k2conform fuzz] differential: ready after 2.00 CPU seconds
+#401	INITED cov: 281 ft: 990 corp: 112/43Kb exec/s: 401 rss: 50Mb
+#3000	DONE   cov: 283 ft: 1131 corp: 175/72Kb lim: 4096 exec/s: 750 rss: 50Mb
+stat::number_of_executed_units: 3000
+stat::average_exec_per_sec:     750
+"""
+
+
+def test_a_fuzz_row_reads_libfuzzers_final_figures():
+    row = fuzz_row("differential", ("--instrument", "reference"), 20, 0, LIBFUZZER_OUTPUT, 8.0)
+    assert row == {
+        "target": "differential",
+        "run": "differential --instrument reference",
+        "seconds": 20,
+        "executions": 3000,
+        "exec_per_s": 750,
+        "cpu_seconds": 6.0,
+        "exec_per_cpu_s": 500,
+        "cov": 283,
+        "ft": 1131,
+    }  # 2 of 8 CPU seconds: imports
+    broken = fuzz_row("reference", (), 20, 1, "Traceback (most recent call last): ImportError", 0.5)
+    assert broken["error"].startswith("exit 1:") and "ImportError" in broken["error"]
+    load = {"before": [9.0], "after": [11.0]}
+    lines = fuzz_lines({"note": "2 runs", "loadavg": load, "targets": [row, broken]})
+    assert "load average 9.0 -> 11.0" in lines[0] and "500 per CPU second" in lines[1]
+    assert "error" in lines[2]
+
+
+def test_fuzz_speeds_runs_a_target_from_the_seed_corpus():
+    from k2conform.fuzzing.seeds import seed_files
+
+    fuzz = fuzz_speeds(2, runs=(("reference", ()),))
+    (row,) = fuzz["targets"]
+    assert "error" not in row, row
+    assert row["executions"] >= len(seed_files())  # libFuzzer ran every seed before mutating
+    assert row["cpu_seconds"] > 0 and row["exec_per_cpu_s"] > 0 and row["cov"] > 0
+    assert set(fuzz["loadavg"]) == {"before", "after"}
 
 
 def _operations(text: str) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +16,14 @@ from hypothesis import strategies as st
 
 from k2conform import markers as mk
 from k2conform.fuzzing import mutator as mu
-from k2conform.fuzzing.envelope import DECLARE_TOOLS, THINKING, FuzzInput, decode, tool_names_in
+from k2conform.fuzzing.envelope import (
+    DECLARE_TOOLS,
+    SAMPLED_CUTS,
+    THINKING,
+    FuzzInput,
+    decode,
+    tool_names_in,
+)
 from k2conform.fuzzing.seeds import build_seed_corpus, dictionary_text
 from k2conform.fuzzing.signature import classify, components, matches, parse_signature, signature
 from k2conform.model import Result, ToolCall
@@ -56,15 +64,25 @@ def test_envelope_round_trips_and_any_bytes_decode():
     for _ in range(500):
         data = bytes(rng.randrange(256) for _ in range(rng.randrange(40)))
         fuzz = decode(data)
-        assert isinstance(fuzz.text, str) and all(0 < c < len(fuzz.text) for c in fuzz.split_points())
+        assert isinstance(fuzz.text, str) and all(
+            0 < c < len(fuzz.text) for c in fuzz.split_points()
+        )
     assert tool_names_in(TWO_CALLS) == ["a", "b.c"]
-    assert [t["function"]["name"] for t in FuzzInput(TWO_CALLS, DECLARE_TOOLS).request().tools] == ["a", "b.c"]
+    assert [t["function"]["name"] for t in FuzzInput(TWO_CALLS, DECLARE_TOOLS).request().tools] == [
+        "a",
+        "b.c",
+    ]
     assert FuzzInput(TWO_CALLS, 0).request().tools == ()
 
 
-def test_split_points_without_a_cut_list_are_derived_from_the_input():
+def test_split_points_without_a_cut_list_are_a_few_drawn_from_the_input():
     fuzz = FuzzInput(ONE_CALL * 3)
-    assert fuzz.split_points() == FuzzInput(ONE_CALL * 3).split_points() and fuzz.split_points()
+    assert fuzz.split_points() == FuzzInput(ONE_CALL * 3).split_points()  # a finding replays
+    cuts = fuzz.split_points()
+    assert len(cuts) == SAMPLED_CUTS and list(cuts) == sorted(set(cuts))
+    drawn = {FuzzInput(ONE_CALL + "x" * k).split_points() for k in range(20)}
+    assert len(drawn) > 15  # the cuts move with the input, not one fixed pattern
+    assert FuzzInput("ab").split_points() == (1,) and FuzzInput("a").split_points() == ()
 
 
 # -- mutator -------------------------------------------------------------------------------------
@@ -103,12 +121,15 @@ def _each(operation, text, check, tries=30):
 
 
 def _without_one(text, marker):
-    return {text[:i] + text[i + len(marker):] for i in range(len(text)) if text.startswith(marker, i)}
+    return {
+        text[:i] + text[i + len(marker) :] for i in range(len(text)) if text.startswith(marker, i)
+    }
 
 
 def test_insert_adds_one_marker():
     def check(b, a):
         assert any(b.text in _without_one(a.text, m) for m in mu.MARKERS + mu.EXTRA_MARKERS), a
+
     _each("insert", ONE_CALL, check)
 
 
@@ -116,6 +137,7 @@ def test_drop_removes_one_marker():
     def check(b, a):
         assert len(_markers(a.text)) == len(_markers(b.text)) - 1
         assert len(a.text) < len(b.text)
+
     _each("drop", ONE_CALL, check)
 
 
@@ -123,13 +145,17 @@ def test_duplicate_repeats_a_marker_in_place():
     def check(b, a):
         assert len(_markers(a.text)) == len(_markers(b.text)) + 1
         assert any(m + m in a.text for m in mu.MARKERS)
+
     _each("duplicate", ONE_CALL, check)
 
 
 def test_reorder_swaps_two_markers():
     def check(b, a):
-        assert sorted(_markers(a.text)) == sorted(_markers(b.text)) and _markers(a.text) != _markers(b.text)
+        assert sorted(_markers(a.text)) == sorted(_markers(b.text)) and _markers(
+            a.text
+        ) != _markers(b.text)
         assert len(a.text) == len(b.text)
+
     _each("reorder", ONE_CALL, check)
 
 
@@ -137,20 +163,27 @@ def test_truncate_leaves_a_marker_prefix():
     def check(b, a):
         assert len(_markers(a.text)) == len(_markers(b.text)) - 1
         assert 0 < len(b.text) - len(a.text) < max(map(len, mu.MARKERS))
+
     _each("truncate", ONE_CALL, check)
 
 
 def test_break_puts_text_inside_a_marker():
     def check(b, a):
         assert len(_markers(a.text)) < len(_markers(b.text)) and len(a.text) > len(b.text)
+
     _each("break", ONE_CALL, check)
 
 
 def test_index_changes_the_call_index():
+    """Only the index between the name's colon and the argument marker changes ("0" may be
+    drawn again, so the change itself is checked over many seeds)."""
+    head = "Sure." + SB + TB + "functions.get_weather:"
+
     def check(b, a):
-        assert a.text != b.text or True  # "0" may be drawn again
-        head = a.text.split(AB)[0]
-        assert head.startswith("Sure." + SB + TB + "functions.get_weather:")
+        index, _, rest = a.text[len(head) :].partition(AB)
+        assert a.text.startswith(head) and rest == b.text.partition(AB)[2]
+        assert re.fullmatch(r"[0-9x -]*", index), index
+
     _each("index", ONE_CALL, check)
     changed = {mu.apply("index", FuzzInput(ONE_CALL), random.Random(s)).text for s in range(30)}
     assert len(changed) > 3
@@ -169,7 +202,10 @@ def test_name_changes_the_function_name():
 def test_splice_replaces_an_argument_body():
     def check(b, a):
         assert a.text.startswith(b.text.split(AB)[0] + AB) and a.text.endswith(TE + SE)
-        assert any(f"{AB}{body}{TE}" in a.text for body in mu.ARGUMENT_POOL + ('{"x": 1}', '{"y": [2]}'))
+        assert any(
+            f"{AB}{body}{TE}" in a.text for body in mu.ARGUMENT_POOL + ('{"x": 1}', '{"y": [2]}')
+        )
+
     _each("splice", TWO_CALLS, check)
 
 
@@ -182,7 +218,12 @@ def test_split_cuts_inside_a_marker():
 
 def test_cuts_and_flags_operations():
     after = mu.apply("cuts", FuzzInput("abcdef", 0, ()), random.Random(0))
-    assert after.split_points() == (1, 2, 3, 4, 5)
+    assert len(after.split_points()) == SAMPLED_CUTS
+    assert set(after.split_points()) <= {1, 2, 3, 4, 5}
+    every = FuzzInput("x" * 50, 0, tuple(range(1, 50)))
+    for seed in range(30):  # drops boundaries or draws a few new ones, never one per character
+        cuts = mu.apply("cuts", every, random.Random(seed)).split_points()
+        assert set(cuts) <= set(every.cuts) and len(cuts) < len(every.cuts)
     flags = {mu.apply("flags", FuzzInput("x", 0), random.Random(s)).flags for s in range(30)}
     assert flags == {1, 2, 4}
 
@@ -202,6 +243,35 @@ def test_seed_corpus_is_built_from_the_case_corpus(tmp_path):
     count = build_seed_corpus(tmp_path)
     assert count >= 300 and len(list(tmp_path.iterdir())) == count
     assert build_seed_corpus(tmp_path) == count  # idempotent: named by content
+
+
+def test_service_files_lay_out_every_target_for_oss_fuzz(tmp_path):
+    """What .clusterfuzzlite/build.sh puts beside each executable: fuzz_NAME.options with the
+    flags k2conform fuzz uses, and for the envelope targets the seed corpus zip and dictionary."""
+    import zipfile
+
+    from k2conform.fuzzing.targets import ENVELOPE_TARGETS, MAX_LEN, TARGETS
+
+    build = [sys.executable, str(ROOT / "fuzz" / "build_seed_corpus.py"), "--service"]
+    out = tmp_path / "out"
+    done = subprocess.run([*build, str(out)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    seeds = build_seed_corpus(tmp_path / "seeds")
+    for target in TARGETS:
+        options = (out / f"fuzz_{target}.options").read_text()
+        assert options.startswith("[libfuzzer]\n") and f"max_len = {MAX_LEN[target]}\n" in options
+        archive = out / f"fuzz_{target}_seed_corpus.zip"
+        assert archive.is_file() == (target in ENVELOPE_TARGETS)
+        if target in ENVELOPE_TARGETS:
+            with zipfile.ZipFile(archive) as bundle:
+                assert len(bundle.namelist()) == seeds
+                for name in bundle.namelist():
+                    assert bundle.read(name) == (tmp_path / "seeds" / name).read_bytes()
+            assert (out / f"fuzz_{target}.dict").read_text(encoding="utf-8") == dictionary_text()
+    again = tmp_path / "again"
+    subprocess.run([*build, str(again)], capture_output=True, check=True, timeout=600)
+    archive = "fuzz_reference_seed_corpus.zip"
+    assert (again / archive).read_bytes() == (out / archive).read_bytes()  # the same every build
 
 
 # -- property: the reference target on mutated well-formed outputs (hypothesis "ci" profile) ---
@@ -226,18 +296,36 @@ CALL = ToolCall("get_weather", '{"city": "Paris"}', "functions.get_weather:0")
     ("observed", "kinds"),
     [
         (Result(content="Sure.", tool_calls=(CALL,)), ()),
-        (Result(content="Sure.", tool_calls=(ToolCall("get_weather", '{"city":"Paris"}', "x"),)), ()),
+        (
+            Result(content="Sure.", tool_calls=(ToolCall("get_weather", '{"city":"Paris"}', "x"),)),
+            (),
+        ),
         (Result(content="Sure."), ("dropped-call",)),
-        (Result(content="Sure." + SB + TB + "functions.get_weather:0"), ("dropped-call", "leaked-marker")),
+        (
+            Result(content="Sure." + SB + TB + "functions.get_weather:0"),
+            ("dropped-call", "leaked-marker"),
+        ),
         (Result(content="Sure.", tool_calls=(CALL, CALL)), ("extra-call",)),
-        (Result(content="Sure.", tool_calls=(ToolCall("weather", CALL.arguments),)), ("wrong-name",)),
-        (Result(content="Sure.", tool_calls=(ToolCall("get_weather", '{"city": "Rome"}'),)), ("wrong-arguments",)),
+        (
+            Result(content="Sure.", tool_calls=(ToolCall("weather", CALL.arguments),)),
+            ("wrong-name",),
+        ),
+        (
+            Result(content="Sure.", tool_calls=(ToolCall("get_weather", '{"city": "Rome"}'),)),
+            ("wrong-arguments",),
+        ),
         (Result(content="Sure!", tool_calls=(CALL,)), ("content-drift",)),
         (Result(content="Sure.", reasoning="hm", tool_calls=(CALL,)), ("reasoning-drift",)),
         (Result.failed("crash", "IndexError: list index out of range"), ("crash",)),
         (Result.failed("timeout", "no result"), ("timeout",)),
-        (Result(content="Sure.", tool_calls=(CALL,), meta={"stream_violations": ["chunk 3: id of index 0 sent again"]}),
-         ("broken-stream",)),
+        (
+            Result(
+                content="Sure.",
+                tool_calls=(CALL,),
+                meta={"stream_violations": ["chunk 3: id of index 0 sent again"]},
+            ),
+            ("broken-stream",),
+        ),
     ],
 )
 def test_classifier_on_hand_made_disagreements(observed, kinds):
@@ -246,8 +334,10 @@ def test_classifier_on_hand_made_disagreements(observed, kinds):
 
 
 def test_signature_keeps_one_kind_per_adapter_in_adapter_order():
-    sig = signature({"sglang": ("dropped-call", "leaked-marker"), "vllm": ("wrong-name",), "x": ()},
-                    ["vllm", "sglang", "x"])
+    sig = signature(
+        {"sglang": ("dropped-call", "leaked-marker"), "vllm": ("wrong-name",), "x": ()},
+        ["vllm", "sglang", "x"],
+    )
     assert sig == "vllm:wrong-name|sglang:dropped-call"
     assert parse_signature(sig) == {"vllm": ("wrong-name",), "sglang": ("dropped-call",)}
     assert components(sig) == ["vllm:wrong-name", "sglang:dropped-call"]
@@ -268,9 +358,13 @@ def test_minimiser_shrinks_sglangs_partial_marker_leak_with_text_level_splits():
     text = "Let me check. " + ONE_CALL
     observation, start, small, minimizer = minimize_input(engine, request, text, "stream-char")
     assert observation is not None and observation.signature.startswith("sglang:")
-    assert len(small.text) < len(start.text) and len(small.cuts) < len(start.cuts) and len(small.cuts) <= 3
+    assert (
+        len(small.text) < len(start.text)
+        and len(small.cuts) < len(start.cuts)
+        and len(small.cuts) <= 3
+    )
     # it still reproduces, from the case file alone, deterministically
-    again = engine.observe(small.request, small.text, "stream-split", small.cuts)
+    again = engine.observe(small.request, small.text, "stream-recorded", small.cuts)
     assert matches(minimizer.signature, again.signature)
     assert minimize_input(engine, request, text, "stream-char")[2] == small
 
@@ -278,19 +372,154 @@ def test_minimiser_shrinks_sglangs_partial_marker_leak_with_text_level_splits():
 def test_minimize_cli_on_an_agreeing_input_exits_1(tmp_path):
     payload = tmp_path / "ok.json"
     payload.write_text(json.dumps({"model_output": "hello", "delivery": "whole"}))
-    done = subprocess.run([K2CONFORM, "minimize", str(payload), "--adapter", "reference",
-                           "--out", str(tmp_path)], capture_output=True, text=True)
+    done = subprocess.run(
+        [K2CONFORM, "minimize", str(payload), "--adapter", "reference", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 1 and "no disagreement" in done.stderr
 
 
-# -- the atheris targets, briefly, in subprocesses ---------------------------------------------------
+# -- instrumentation of the code under test ----------------------------------------------------
+
+TOY_MODULE = """
+import dataclasses
+import functools
+from json import dumps
+
+
+def plain(x):
+    return x + 1 if x > 0 else -x
+
+
+def _twice(function):
+    @functools.wraps(function)
+    def wrapper(x):
+        return function(function(x))
+    return wrapper
+
+
+@_twice
+def decorated(x):
+    return x * 2
+
+
+class Parser:
+    def method(self, x):
+        return x or None
+
+    @staticmethod
+    def static(x):
+        return x - 1
+
+    @classmethod
+    def klass(cls, x):
+        return (cls.__name__, x)
+
+    @property
+    def size(self):
+        return 3
+
+    class Inner:
+        def deep(self):
+            return "deep"
+
+
+@dataclasses.dataclass
+class Point:
+    x: int
+"""
+INSTRUMENTED = "__ATHERIS_INSTRUMENTED__"
+NEEDS_PARSERS = pytest.mark.skipif(
+    not (_available("vllm") and _available("sglang")), reason="needs vLLM and SGLang"
+)
+
+
+def test_instrumentation_patches_every_function_the_module_defines_only(tmp_path, monkeypatch):
+    import atheris
+
+    from k2conform.fuzzing.instrument import instrument_modules
+
+    (tmp_path / "k2toy_fuzz_instrumented.py").write_text(TOY_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    counts = instrument_modules(["k2toy_fuzz_instrumented"], atheris)
+    toy = sys.modules["k2toy_fuzz_instrumented"]
+    parser = toy.Parser
+    own = [
+        toy.plain,
+        toy._twice,
+        toy.decorated,
+        toy.decorated.__wrapped__,
+        parser.method,
+        parser.static,
+        parser.klass.__func__,
+        parser.size.fget,
+        parser.Inner.deep,
+    ]
+    assert all(INSTRUMENTED in f.__code__.co_consts for f in own)
+    assert counts == {"k2toy_fuzz_instrumented": len(own)}
+    for foreign in (toy.dumps, toy.Point.__init__, toy.Point.__repr__):  # imported, generated
+        assert INSTRUMENTED not in foreign.__code__.co_consts
+    # the patched code still computes what it did
+    assert (toy.plain(2), toy.plain(-3), toy.decorated(3), parser().method(0)) == (3, 3, 12, None)
+    assert parser.static(1) == 0 and parser.klass(5) == ("Parser", 5)
+    assert parser().size == 3 and parser.Inner().deep() == "deep"
+
+
+DECLARED_INSTRUMENTATION = """
+import json
+import atheris
+from k2conform.adapter.registry import create_adapter, load
+from k2conform.fuzzing.instrument import declared_modules, instrument_modules
+adapters = [create_adapter(name) for name in ("reference", "vllm", "sglang")]
+for adapter in adapters:
+    load(adapter)
+counts = instrument_modules(declared_modules(adapters), atheris)
+from vllm.parser.kimi_k2 import KimiK2Parser
+declared = [[*a.coverage_files, *a.coverage_shared_files] for a in adapters]
+patched = "__ATHERIS_INSTRUMENTED__" in KimiK2Parser.__init__.__code__.co_consts
+print(json.dumps({"counts": counts, "declared": declared, "patched": patched}))
+"""
+
+
+@NEEDS_PARSERS
+def test_every_file_the_parser_adapters_declare_is_instrumented():
+    """The modules come from the adapters' coverage declarations: each must import and have
+    code to patch, or libFuzzer would steer by less than k2conform coverage measures.  (In a
+    subprocess: the patched parsers would slow every later test of this worker.)"""
+    done = subprocess.run(
+        [sys.executable, "-c", DECLARED_INSTRUMENTATION],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.splitlines()[-1])
+    declared = [path for paths in report["declared"] for path in paths]
+    assert len(report["counts"]) == len(declared), report
+    assert all(n > 0 for n in report["counts"].values()), report
+    assert "vllm.parser.kimi_k2" in report["counts"] and report["patched"]
+
+
+# -- the atheris targets, briefly, in subprocesses
+# ---------------------------------------------------
 
 
 def _run_target(name, tmp_path, *flags, timeout=600):
     done = subprocess.run(
-        [sys.executable, str(ROOT / "fuzz" / f"fuzz_{name}.py"), "--findings", str(tmp_path / "findings"),
-         *flags, f"-artifact_prefix={tmp_path}/", "-print_final_stats=1"],
-        capture_output=True, text=True, timeout=timeout, cwd=tmp_path,
+        [
+            sys.executable,
+            str(ROOT / "fuzz" / f"fuzz_{name}.py"),
+            "--findings",
+            str(tmp_path / "findings"),
+            *flags,
+            f"-artifact_prefix={tmp_path}/",
+            "-print_final_stats=1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=tmp_path,
     )
     assert done.returncode == 0, done.stderr[-4000:]
     assert "stat::number_of_executed_units" in done.stderr
@@ -301,8 +530,15 @@ def test_reference_target_runs_without_crashing(tmp_path):
     seeds = tmp_path / "seeds"
     build_seed_corpus(seeds)
     (tmp_path / "work").mkdir()
-    _run_target("reference", tmp_path, "-runs=1500", "-max_len=4096", f"-dict={ROOT / 'fuzz' / 'kimi_k2.dict'}",
-                str(tmp_path / "work"), str(seeds))
+    _run_target(
+        "reference",
+        tmp_path,
+        "-runs=1500",
+        "-max_len=4096",
+        f"-dict={ROOT / 'fuzz' / 'kimi_k2.dict'}",
+        str(tmp_path / "work"),
+        str(seeds),
+    )
 
 
 def test_differential_target_runs_and_saves_distinct_signatures(tmp_path):
@@ -310,12 +546,21 @@ def test_differential_target_runs_and_saves_distinct_signatures(tmp_path):
     seeds.mkdir()
     for text in (ONE_CALL, TWO_CALLS, f"{SB}{TB}functions.get.weather:0{AB}{{}}{TE}{SE}"):
         (seeds / str(abs(hash(text)))).write_bytes(FuzzInput(text, DECLARE_TOOLS).encode())
-    done = _run_target("differential", tmp_path, "--delivery", "whole", "--delivery", "stream-split",
-                       "-runs=60", str(seeds))
+    done = _run_target(
+        "differential",
+        tmp_path,
+        "--delivery",
+        "whole",
+        "--delivery",
+        "stream-recorded",
+        "-runs=60",
+        str(seeds),
+    )
     table = tmp_path / "findings" / "signatures-differential.json"
     if _available("vllm") or _available("sglang"):
         data = json.loads(table.read_text())
         files = {row["file"] for row in data["signatures"]}
+        assert files, "no disagreement of the real parsers with the reference was saved"
         assert len(files) == len(data["signatures"])  # one file per distinct signature
         for path in files:
             from k2conform.case.corpus import load_case
@@ -324,16 +569,55 @@ def test_differential_target_runs_and_saves_distinct_signatures(tmp_path):
     assert "Traceback" not in done.stderr
 
 
+@NEEDS_PARSERS
+def test_instrumenting_the_parsers_grows_libfuzzers_coverage(tmp_path):
+    """libFuzzer's ``cov:`` counts the parsers' branches only when their files are instrumented."""
+    seeds = tmp_path / "seeds"
+    seeds.mkdir()
+    for k, text in enumerate((ONE_CALL, TWO_CALLS, "<think>hm</think>" + ONE_CALL)):
+        flags = DECLARE_TOOLS | (THINKING if k == 2 else 0)
+        (seeds / f"seed{k}").write_bytes(FuzzInput(text, flags).encode())
+    coverage = {}
+    for instrument in ("reference", "parsers"):
+        (tmp_path / instrument).mkdir()
+        done = _run_target(
+            "differential",
+            tmp_path / instrument,
+            "--instrument",
+            instrument,
+            "-runs=20",
+            str(seeds),
+        )
+        coverage[instrument] = int(re.findall(r"cov: (\d+)", done.stderr)[-1])
+        assert ("vllm.parser.kimi_k2" in done.stderr) == (instrument == "parsers")
+    assert coverage["parsers"] > coverage["reference"], coverage
+
+
 def test_roundtrip_target_runs_without_crashing(tmp_path):
     _run_target("roundtrip", tmp_path, "-runs=150", "-max_len=2048")
 
 
 def test_fuzz_cli_reports_executions_per_second(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "k2conform.cli", "fuzz", "reference", str(tmp_path), "--runs", "300",
-                           "--findings", str(tmp_path)], capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "k2conform.cli",
+            "fuzz",
+            "reference",
+            str(tmp_path),
+            "--runs",
+            "300",
+            "--findings",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "exec/s" in done.stdout and "300 executions" in done.stdout
-    # the console script (under ``python -m k2conform.cli`` the module is __main__, another UsageError class)
-    usage = subprocess.run([K2CONFORM, "fuzz", "reference"],
-                           capture_output=True, text=True)
+    # the console script (under ``python -m k2conform.cli`` the module is __main__, another
+    # UsageError class)
+    usage = subprocess.run([K2CONFORM, "fuzz", "reference"], capture_output=True, text=True)
     assert usage.returncode == 2 and "--seconds" in usage.stderr

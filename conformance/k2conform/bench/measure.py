@@ -33,9 +33,7 @@ import json
 import math
 import os
 import platform
-import re
 import statistics
-import subprocess
 import sys
 import time
 import tracemalloc
@@ -47,7 +45,7 @@ from k2conform import __version__
 from k2conform.delivery import modes as dl
 from k2conform import markers as mk
 from k2conform.model import Delta, Request
-from k2conform.resources import bundled
+from k2conform.bench.fuzz_speed import fuzz_lines, fuzz_speeds
 
 #: A streaming exponent above this is reported as ``superlinear``.
 SUPERLINEAR_EXPONENT = 1.3
@@ -60,10 +58,24 @@ PARALLEL_CALLS = 64
 DELIVERIES = ("whole", "stream-token", "stream-4char")
 STREAMING = ("stream-token", "stream-4char")
 DELTA_CHARS = 4
-TOOL = {"type": "function", "function": {"name": "write_file", "description": "Write a file",
-        "parameters": {"type": "object", "properties": {}}}}
-WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
-    "type": "object", "properties": {"city": {"type": "string"}, "day": {"type": "integer"}}}}}
+TOOL = {
+    "type": "function",
+    "function": {
+        "name": "write_file",
+        "description": "Write a file",
+        "parameters": {"type": "object", "properties": {}},
+    },
+}
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "day": {"type": "integer"}},
+        },
+    },
+}
 
 
 # -- workloads ---------------------------------------------------------------------------
@@ -98,14 +110,20 @@ def workload(kind: str, size_kb: int) -> tuple[str, Request]:
         text = mk.SECTION_BEGIN + call_output(json_arguments(size_kb * 1000)) + mk.SECTION_END
         return text, Request(tools=(TOOL,))
     if kind == "content":
-        sentence = "The quick brown fox jumps over the lazy dog; prices rose 3.5% (see <b>table</b>).\n"
+        sentence = (
+            "The quick brown fox jumps over the lazy dog; prices rose 3.5% (see <b>table</b>).\n"
+        )
         prose = (sentence * (size_kb * 1000 // len(sentence) + 1))[: size_kb * 1000]
         call = call_output('{"path": "notes.txt", "content": "done"}')
         return prose + mk.SECTION_BEGIN + call + mk.SECTION_END, Request(tools=(TOOL,))
     if kind == "parallel":
-        calls = "".join(call_output(json.dumps({"city": f"City {i}", "day": i}), "get_weather", i)
-                        for i in range(PARALLEL_CALLS))
-        return "Checking.\n" + mk.SECTION_BEGIN + calls + mk.SECTION_END, Request(tools=(WEATHER, TOOL))
+        calls = "".join(
+            call_output(json.dumps({"city": f"City {i}", "day": i}), "get_weather", i)
+            for i in range(PARALLEL_CALLS)
+        )
+        return "Checking.\n" + mk.SECTION_BEGIN + calls + mk.SECTION_END, Request(
+            tools=(WEATHER, TOOL)
+        )
     raise ValueError(f"unknown workload {kind!r}")
 
 
@@ -132,7 +150,9 @@ def fit_exponent(sizes: Sequence[float], costs: Sequence[float]) -> float | None
     return sxy / sxx
 
 
-def series_exponent(sizes_kb: Sequence[float], costs: Sequence[float]) -> tuple[float | None, list[float]]:
+def series_exponent(
+    sizes_kb: Sequence[float], costs: Sequence[float]
+) -> tuple[float | None, list[float]]:
     """The exponent over the sizes of at least FIT_FROM_KB (all sizes when fewer than two)."""
     fitted = [(s, c) for s, c in zip(sizes_kb, costs) if s >= FIT_FROM_KB]
     if len(fitted) < 2:
@@ -152,15 +172,23 @@ def streaming_cost(bench: dict[str, Any]) -> list[dict[str, Any]]:
         if series["workload"] != "args" or series["delivery"] not in STREAMING:
             continue
         exponent = series.get("exponent")
-        rows.append({
-            "adapter": series["adapter"], "version": series.get("version"),
-            "delivery": series["delivery"], "exponent": exponent,
-            "fitted_sizes_kb": series.get("fitted_sizes_kb", []),
-            "finding": "superlinear" if is_superlinear(exponent) else None,
-            "threshold": SUPERLINEAR_EXPONENT,
-            "evidence": {"sizes_kb": series["sizes_kb"], "per_delta_us": series["per_delta_us"],
-                         "throughput_kchars_s": series["throughput_kchars_s"], "capped": series.get("capped")},
-        })
+        rows.append(
+            {
+                "adapter": series["adapter"],
+                "version": series.get("version"),
+                "delivery": series["delivery"],
+                "exponent": exponent,
+                "fitted_sizes_kb": series.get("fitted_sizes_kb", []),
+                "finding": "superlinear" if is_superlinear(exponent) else None,
+                "threshold": SUPERLINEAR_EXPONENT,
+                "evidence": {
+                    "sizes_kb": series["sizes_kb"],
+                    "per_delta_us": series["per_delta_us"],
+                    "throughput_kchars_s": series["throughput_kchars_s"],
+                    "capped": series.get("capped"),
+                },
+            }
+        )
     return rows
 
 
@@ -186,15 +214,21 @@ class _Series:
     capped: dict[str, Any] | None = None
 
     def predict(self, size_kb: float) -> float:
-        """The next run's time: the last one scaled by the series' growth so far (at least linear)."""
+        """The next run's time: the last one scaled by the series' growth so far (at least
+        linear)."""
         if not self.points:
             return 0.0
         last = self.points[-1]
         growth = 1.0
         if len(self.points) >= 2:
             previous = self.points[-2]
-            growth = max(1.0, fit_exponent([previous.size_kb, last.size_kb],
-                                           [min(previous.seconds), min(last.seconds)]) or 1.0)
+            growth = max(
+                1.0,
+                fit_exponent(
+                    [previous.size_kb, last.size_kb], [min(previous.seconds), min(last.seconds)]
+                )
+                or 1.0,
+            )
         return min(last.seconds) * (size_kb / last.size_kb) ** growth
 
 
@@ -229,8 +263,16 @@ class Bench:
     shifts all sizes alike instead of bending the fitted exponent.
     """
 
-    def __init__(self, adapters: dict[str, Any], tokenizer: Any, *, reps: int,
-                 series_budget: float, deadline: float, log: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        adapters: dict[str, Any],
+        tokenizer: Any,
+        *,
+        reps: int,
+        series_budget: float,
+        deadline: float,
+        log: Callable[[str], None],
+    ) -> None:
         self.adapters = adapters
         self.tokenizer = tokenizer
         self.reps = reps
@@ -244,7 +286,14 @@ class Bench:
         inputs = []
         for size_kb in sizes_kb:
             text, request = workload(kind, size_kb)
-            inputs.append((size_kb or round(len(text) / 1000), text, request, make_deliveries(text, self.tokenizer)))
+            inputs.append(
+                (
+                    size_kb or round(len(text) / 1000),
+                    text,
+                    request,
+                    make_deliveries(text, self.tokenizer),
+                )
+            )
         for round_ in range(self.reps):
             if round_ and time.monotonic() > self.deadline:
                 break
@@ -252,14 +301,24 @@ class Bench:
                 for mode, delivery in deliveries.items():
                     self._run_point(kind, size_kb, text, request, mode, delivery, round_)
 
-    def _run_point(self, kind: str, size_kb: int, text: str, request: Request, mode: str,
-                   delivery: dl.Delivery, round_: int) -> None:
+    def _run_point(
+        self,
+        kind: str,
+        size_kb: int,
+        text: str,
+        request: Request,
+        mode: str,
+        delivery: dl.Delivery,
+        round_: int,
+    ) -> None:
         names = list(self.adapters)
-        names = names[round_ % len(names):] + names[: round_ % len(names)]  # rotate the order
+        names = names[round_ % len(names) :] + names[: round_ % len(names)]  # rotate the order
         for name in names:
             if name in self.errors:
                 continue
-            series = self.series.setdefault((name, kind, mode), _Series(name, kind, mode, self.series_budget))
+            series = self.series.setdefault(
+                (name, kind, mode), _Series(name, kind, mode, self.series_budget)
+            )
             point = next((p for p in series.points if p.size_kb == size_kb), None)
             if round_ == 0:
                 if series.capped:
@@ -267,14 +326,20 @@ class Bench:
                 predicted = series.predict(size_kb)
                 over_budget = predicted > series.budget - series.spent
                 if over_budget or predicted > self.deadline - time.monotonic():
-                    series.capped = {"after_kb": series.points[-1].size_kb if series.points else None,
-                                     "skipped_kb": size_kb, "predicted_s": round(predicted, 3),
-                                     "reason": "time budget" if over_budget else "bench deadline"}
+                    series.capped = {
+                        "after_kb": series.points[-1].size_kb if series.points else None,
+                        "skipped_kb": size_kb,
+                        "predicted_s": round(predicted, 3),
+                        "reason": "time budget" if over_budget else "bench deadline",
+                    }
                     continue
                 point = _Point(size_kb, len(text), len(delivery.deltas))
                 series.points.append(point)
-            elif point is None or series.spent + min(point.seconds) > series.budget \
-                    or time.monotonic() + min(point.seconds) > self.deadline:
+            elif (
+                point is None
+                or series.spent + min(point.seconds) > series.budget
+                or time.monotonic() + min(point.seconds) > self.deadline
+            ):
                 continue
             try:
                 elapsed = _time_once(_runner(self.adapters[name], request, delivery))
@@ -284,10 +349,16 @@ class Bench:
             point.seconds.append(elapsed)
             series.spent += elapsed
         if round_ == 0:
-            firsts = {n: self.series[(n, kind, mode)].points[-1] for n in names
-                      if (n, kind, mode) in self.series and self.series[(n, kind, mode)].points}
-            done = ", ".join(f"{n} {p.seconds[0] * 1000:.1f} ms" for n, p in firsts.items()
-                             if p.size_kb == size_kb and p.seconds)
+            firsts = {
+                n: self.series[(n, kind, mode)].points[-1]
+                for n in names
+                if (n, kind, mode) in self.series and self.series[(n, kind, mode)].points
+            }
+            done = ", ".join(
+                f"{n} {p.seconds[0] * 1000:.1f} ms"
+                for n, p in firsts.items()
+                if p.size_kb == size_kb and p.seconds
+            )
             self.log(f"  {kind:<8} {size_kb:>4} KB {mode:<13} {done}")
 
     def pairs(self) -> list[dict[str, Any]]:
@@ -303,9 +374,17 @@ class Bench:
                 for b, tb in times.items():
                     paired = [y / x for x, y in zip(ta, tb)]
                     if a != b and paired:
-                        rows.append({"adapter": a, "peer": b, "workload": kind, "size_kb": size_kb,
-                                     "delivery": mode, "speedup": round(statistics.median(paired), 3),
-                                     "reps": len(paired)})
+                        rows.append(
+                            {
+                                "adapter": a,
+                                "peer": b,
+                                "workload": kind,
+                                "size_kb": size_kb,
+                                "delivery": mode,
+                                "speedup": round(statistics.median(paired), 3),
+                                "reps": len(paired),
+                            }
+                        )
         return rows
 
     def series_rows(self, versions: dict[str, str | None]) -> list[dict[str, Any]]:
@@ -317,16 +396,26 @@ class Bench:
             sizes = [p.size_kb for p in points]
             costs = [statistics.median(p.seconds) for p in points]
             exponent, fitted = series_exponent(sizes, costs)
-            rows.append({
-                "adapter": name, "version": versions.get(name), "workload": kind, "delivery": mode,
-                "sizes_kb": sizes, "median_s": [round(c, 6) for c in costs],
-                "per_delta_us": [round(c / p.deltas * 1e6, 3) for c, p in zip(costs, points)],
-                "throughput_kchars_s": [round(p.chars / c / 1000, 1) for c, p in zip(costs, points)],
-                "chars": [p.chars for p in points], "deltas": [p.deltas for p in points],
-                "reps": [len(p.seconds) for p in points],
-                "exponent": None if exponent is None else round(exponent, 3), "fitted_sizes_kb": fitted,
-                "capped": series.capped,
-            })
+            rows.append(
+                {
+                    "adapter": name,
+                    "version": versions.get(name),
+                    "workload": kind,
+                    "delivery": mode,
+                    "sizes_kb": sizes,
+                    "median_s": [round(c, 6) for c in costs],
+                    "per_delta_us": [round(c / p.deltas * 1e6, 3) for c, p in zip(costs, points)],
+                    "throughput_kchars_s": [
+                        round(p.chars / c / 1000, 1) for c, p in zip(costs, points)
+                    ],
+                    "chars": [p.chars for p in points],
+                    "deltas": [p.deltas for p in points],
+                    "reps": [len(p.seconds) for p in points],
+                    "exponent": None if exponent is None else round(exponent, 3),
+                    "fitted_sizes_kb": fitted,
+                    "capped": series.capped,
+                }
+            )
         return rows
 
 
@@ -369,7 +458,9 @@ class _TimedAdapter:
             self.parser_seconds += time.perf_counter() - started
 
 
-def harness_cost(adapters: dict[str, Any], tokenizer: Any, budget: float, max_cases: int | None) -> list[dict[str, Any]]:
+def harness_cost(
+    adapters: dict[str, Any], tokenizer: Any, budget: float, max_cases: int | None
+) -> list[dict[str, Any]]:
     """Run the matrix's own cell function (delivery modes, stream reassembly, comparison) in
     this process over a sample of the corpus, and split its time into the parsers' calls
     and everything else."""
@@ -393,10 +484,17 @@ def harness_cost(adapters: dict[str, Any], tokenizer: Any, budget: float, max_ca
             if time.perf_counter() - started > budget:
                 break
         total = time.perf_counter() - started
-        rows.append({"adapter": name, "cells": cells, "cases": cells // len(dl.DEFAULT_MODES),
-                     "seconds": round(total, 3), "parser_seconds": round(timed.parser_seconds, 3),
-                     "outside_share": round(1 - timed.parser_seconds / total, 3) if total else None,
-                     "ms_per_cell": round(total / cells * 1000, 3) if cells else None})
+        rows.append(
+            {
+                "adapter": name,
+                "cells": cells,
+                "cases": cells // len(dl.DEFAULT_MODES),
+                "seconds": round(total, 3),
+                "parser_seconds": round(timed.parser_seconds, 3),
+                "outside_share": round(1 - timed.parser_seconds / total, 3) if total else None,
+                "ms_per_cell": round(total / cells * 1000, 3) if cells else None,
+            }
+        )
     return rows
 
 
@@ -405,52 +503,15 @@ def run_results_cost(path: Path) -> dict[str, Any]:
     results = json.loads(path.read_text(encoding="utf-8"))
     by_adapter: dict[str, float] = {}
     for cell in results["cells"]:
-        by_adapter[cell["adapter"]] = by_adapter.get(cell["adapter"], 0.0) + cell.get("seconds", 0.0)
-    return {"file": str(path), "wall_seconds": round(results["wall_seconds"], 2), "cells": len(results["cells"]),
-            "cell_seconds": {k: round(v, 2) for k, v in by_adapter.items()}}
-
-
-# -- fuzz targets ------------------------------------------------------------------------------
-
-
-def fuzz_targets() -> list[Path]:
-    return sorted(bundled("fuzz").glob("fuzz_*.py"))
-
-
-def fuzz_speeds(targets: Sequence[Path], seconds: int) -> list[dict[str, Any]]:
-    """Executions per second of each atheris target in a bounded run (libFuzzer's own count).
-    The targets run at the same time (the bench's wall-time budget), findings go to a
-    temporary directory, never into the checkout."""
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as findings:
-        processes = [subprocess.Popen(
-            [sys.executable, str(t), "--findings", findings, f"-max_total_time={seconds}", "-print_final_stats=1"],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=t.parent.parent) for t in targets]
-        rows = []
-        for target, process in zip(targets, processes):
-            try:
-                output, _ = process.communicate(timeout=seconds + 120)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.communicate()
-                rows.append({"target": target.name, "error": "did not stop in time"})
-                continue
-            rows.append(_fuzz_row(target, seconds, process.returncode, output))
-    return rows
-
-
-def _fuzz_row(target: Path, seconds: int, returncode: int, output: str) -> dict[str, Any]:
-    runs = re.findall(r"stat::number_of_executed_units:\s*(\d+)", output)
-    speeds = re.findall(r"exec/s:\s*(\d+)", output)
-    if not speeds and not runs:
-        return {"target": target.name, "error": f"exit {returncode}: {output.strip()[-300:]}"}
-    row: dict[str, Any] = {"target": target.name, "seconds": seconds}
-    if speeds:
-        row["exec_per_s"] = int(speeds[-1])
-    if runs:
-        row["executions"] = int(runs[-1])
-    return row
+        by_adapter[cell["adapter"]] = by_adapter.get(cell["adapter"], 0.0) + cell.get(
+            "seconds", 0.0
+        )
+    return {
+        "file": str(path),
+        "wall_seconds": round(results["wall_seconds"], 2),
+        "cells": len(results["cells"]),
+        "cell_seconds": {k: round(v, 2) for k, v in by_adapter.items()},
+    }
 
 
 # -- output ------------------------------------------------------------------------------------
@@ -459,47 +520,80 @@ def _fuzz_row(target: Path, seconds: int, returncode: int, output: str) -> dict[
 def table(doc: dict[str, Any]) -> str:
     lines = []
     sizes = sorted({s for row in doc["series"] for s in row["sizes_kb"]})
-    header = f"{'adapter':<10} {'workload':<8} {'delivery':<13} " + " ".join(f"{str(s) + ' KB':>15}" for s in sizes) + "  exponent"
-    lines += ["throughput K chars/s | per-delta µs (whole: ms per parse), median of runs side by side", header, "-" * len(header)]
+    header = (
+        f"{'adapter':<10} {'workload':<8} {'delivery':<13} "
+        + " ".join(f"{str(s) + ' KB':>15}" for s in sizes)
+        + "  exponent"
+    )
+    lines += [
+        "throughput K chars/s | per-delta µs (whole: ms per parse), median of runs side by side",
+        header,
+        "-" * len(header),
+    ]
     for row in doc["series"]:
         cells = []
         for s in sizes:
             if s in row["sizes_kb"]:
                 k = row["sizes_kb"].index(s)
-                cost = (f"{row['median_s'][k] * 1000:.2f}ms" if row["delivery"] == "whole"
-                        else f"{row['per_delta_us'][k]:.1f}µs")
+                cost = (
+                    f"{row['median_s'][k] * 1000:.2f}ms"
+                    if row["delivery"] == "whole"
+                    else f"{row['per_delta_us'][k]:.1f}µs"
+                )
                 cells.append(f"{row['throughput_kchars_s'][k]:>6.0f}|{cost:<8}")
             else:
                 cells.append(f"{'-':>15}")
         exponent = "-" if row["exponent"] is None else f"{row['exponent']:.2f}"
-        capped = f"  capped after {row['capped']['after_kb']} KB ({row['capped']['reason']})" if row["capped"] else ""
-        lines.append(f"{row['adapter']:<10} {row['workload']:<8} {row['delivery']:<13} " + " ".join(cells) + f"  {exponent:>6}{capped}")
+        capped = (
+            f"  capped after {row['capped']['after_kb']} KB ({row['capped']['reason']})"
+            if row["capped"]
+            else ""
+        )
+        lines.append(
+            f"{row['adapter']:<10} {row['workload']:<8} {row['delivery']:<13} "
+            + " ".join(cells)
+            + f"  {exponent:>6}{capped}"
+        )
     lines.append("")
     for row in doc["streaming_cost"]:
         if row["finding"]:
-            lines.append(f"SUPERLINEAR {row['adapter']} {row['delivery']}: exponent {row['exponent']:.2f} > {row['threshold']}"
-                         f" (per-delta µs {row['evidence']['per_delta_us']} at {row['evidence']['sizes_kb']} KB)")
+            lines.append(
+                f"SUPERLINEAR {row['adapter']} {row['delivery']}: exponent {row['exponent']:.2f} > "
+                f"{row['threshold']}"
+                f" (per-delta µs {row['evidence']['per_delta_us']} at "
+                f"{row['evidence']['sizes_kb']} KB)"
+            )
     ratios = [p for p in doc["comparisons"] if p["adapter"] == "reference"]
     if ratios:
         lines.append("reference speed-up over each peer (median of per-repetition ratios):")
         for p in ratios:
-            lines.append(f"  vs {p['peer']:<8} {p['workload']:<8} {p['size_kb']:>4} KB {p['delivery']:<13} {p['speedup']:8.1f}x")
+            lines.append(
+                f"  vs {p['peer']:<8} {p['workload']:<8} {p['size_kb']:>4} KB {p['delivery']:<13} "
+                f"{p['speedup']:8.1f}x"
+            )
     if doc.get("memory"):
-        lines.append("peak memory (tracemalloc, one run): " + "; ".join(
-            f"{m['adapter']} {m['delivery']} {m['size_kb']} KB {m['peak_kib']} KiB" for m in doc["memory"]))
+        lines.append(
+            "peak memory (tracemalloc, one run): "
+            + "; ".join(
+                f"{m['adapter']} {m['delivery']} {m['size_kb']} KB {m['peak_kib']} KiB"
+                for m in doc["memory"]
+            )
+        )
     for row in doc.get("harness") or ():
-        lines.append(f"harness {row['adapter']}: {row['cells']} cells in {row['seconds']} s, parsers {row['parser_seconds']} s,"
-                     f" {100 * (row['outside_share'] or 0):.0f}% outside the parser ({row['ms_per_cell']} ms/cell)")
+        lines.append(
+            f"harness {row['adapter']}: {row['cells']} cells in {row['seconds']} s, parsers "
+            f"{row['parser_seconds']} s,"
+            f" {100 * (row['outside_share'] or 0):.0f}% outside the parser ({row['ms_per_cell']} "
+            "ms/cell)"
+        )
     if doc.get("run_results"):
         r = doc["run_results"]
-        lines.append(f"k2conform run ({r['file']}): wall {r['wall_seconds']} s, {r['cells']} cells, cell seconds {r['cell_seconds']}")
-    fuzz = doc.get("fuzz")
-    if fuzz is not None:
-        if not fuzz["targets"]:
-            lines.append(f"fuzz: {fuzz['note']}")
-        for row in fuzz["targets"]:
-            lines.append(f"fuzz {row['target']}: " + (f"{row.get('exec_per_s')} exec/s ({row.get('executions')} runs in {row['seconds']} s)"
-                                                     if "error" not in row else f"error: {row['error']}"))
+        lines.append(
+            f"k2conform run ({r['file']}): wall {r['wall_seconds']} s, {r['cells']} cells, cell "
+            f"seconds {r['cell_seconds']}"
+        )
+    if doc.get("fuzz") is not None:
+        lines += fuzz_lines(doc["fuzz"])
     for name, error in doc.get("errors", {}).items():
         lines.append(f"ERROR {name}: {error}")
     lines.append(f"bench wall time {doc['wall_seconds']:.1f} s")
@@ -528,11 +622,25 @@ def plot(doc: dict[str, Any], path: Path) -> str:
         colour = _COLOURS.get(row["adapter"])
         label = f"{row['adapter']} {row['delivery']} (exp {row['exponent']})"
         if row["delivery"] == "whole":
-            right.plot(row["sizes_kb"], [s * 1000 for s in row["median_s"]], "o:", color=colour, label=label)
+            right.plot(
+                row["sizes_kb"],
+                [s * 1000 for s in row["median_s"]],
+                "o:",
+                color=colour,
+                label=label,
+            )
         else:
-            left.plot(row["sizes_kb"], row["per_delta_us"], "o" + _STYLES[row["delivery"]], color=colour, label=label)
-    for axis, title, unit in ((left, "streaming: cost per delta", "µs per delta"),
-                              (right, "one-shot: time per parse", "ms per parse")):
+            left.plot(
+                row["sizes_kb"],
+                row["per_delta_us"],
+                "o" + _STYLES[row["delivery"]],
+                color=colour,
+                label=label,
+            )
+    for axis, title, unit in (
+        (left, "streaming: cost per delta", "µs per delta"),
+        (right, "one-shot: time per parse", "ms per parse"),
+    ):
         axis.set_xscale("log")
         axis.set_yscale("log")
         axis.set_xlabel("JSON arguments in one call (KB)")
@@ -547,7 +655,9 @@ def plot(doc: dict[str, Any], path: Path) -> str:
     return "matplotlib"
 
 
-def _raster_plot(rows: list[dict[str, Any]], path: Path, width: int = 640, height: int = 400) -> None:
+def _raster_plot(
+    rows: list[dict[str, Any]], path: Path, width: int = 640, height: int = 400
+) -> None:
     import struct
     import zlib
 
@@ -576,12 +686,12 @@ def _raster_plot(rows: list[dict[str, Any]], path: Path, width: int = 640, heigh
 
         grey = (210, 210, 210)
         for d in range(x0, x1 + 1):
-            line(to_px(10 ** d, 10 ** y0), to_px(10 ** d, 10 ** y1), grey)
+            line(to_px(10**d, 10**y0), to_px(10**d, 10**y1), grey)
         for d in range(y0, y1 + 1):
-            line(to_px(10 ** x0, 10 ** d), to_px(10 ** x1, 10 ** d), grey)
+            line(to_px(10**x0, 10**d), to_px(10**x1, 10**d), grey)
         for r in rows:
             hexc = _COLOURS.get(r["adapter"], "#444444")
-            colour = tuple(int(hexc[i:i + 2], 16) for i in (1, 3, 5))
+            colour = tuple(int(hexc[i : i + 2], 16) for i in (1, 3, 5))
             pts = [to_px(s, c) for s, c in zip(r["sizes_kb"], _costs(r)) if s > 0 and c > 0]
             for a, b in zip(pts, pts[1:]):
                 line(a, b, colour)
@@ -593,22 +703,43 @@ def _raster_plot(rows: list[dict[str, Any]], path: Path, width: int = 640, heigh
     raw = b"".join(b"\x00" + bytes(v for px in row for v in px) for row in pixels)
 
     def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+        return (
+            struct.pack(">I", len(data))
+            + kind
+            + data
+            + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+        )
 
-    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
-                     + chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b""))
+    path.write_bytes(
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+        + chunk(b"IDAT", zlib.compress(raw, 9))
+        + chunk(b"IEND", b"")
+    )
 
 
 def _costs(row: dict[str, Any]) -> list[float]:
-    return [s * 1000 for s in row["median_s"]] if row["delivery"] == "whole" else row["per_delta_us"]
+    return (
+        [s * 1000 for s in row["median_s"]] if row["delivery"] == "whole" else row["per_delta_us"]
+    )
 
 
 # -- the command -------------------------------------------------------------------------------
 
 
-def run_bench(names: Sequence[str], *, quick: bool = False, reps: int | None = None, series_budget: float | None = None,
-              max_seconds: float | None = None, memory_kb: int | None = None, harness: bool = True,
-              fuzz_seconds: int = 0, run_results: Path | None = None, log: Callable[[str], None] = print) -> dict[str, Any]:
+def run_bench(
+    names: Sequence[str],
+    *,
+    quick: bool = False,
+    reps: int | None = None,
+    series_budget: float | None = None,
+    max_seconds: float | None = None,
+    memory_kb: int | None = None,
+    harness: bool = True,
+    fuzz_seconds: int = 0,
+    run_results: Path | None = None,
+    log: Callable[[str], None] = print,
+) -> dict[str, Any]:
     from k2conform.adapter.registry import create_adapter, load
     from k2conform.delivery.tokenizer import load_tokenizer
 
@@ -624,23 +755,49 @@ def run_bench(names: Sequence[str], *, quick: bool = False, reps: int | None = N
         adapter = create_adapter(name)
         t0 = time.perf_counter()
         availability = load(adapter)
-        rows.append({"name": adapter.name, "version": adapter.version(), "status": availability.status,
-                     "reason": availability.reason, "load_seconds": round(time.perf_counter() - t0, 3)})
+        rows.append(
+            {
+                "name": adapter.name,
+                "version": adapter.version(),
+                "status": availability.status,
+                "reason": availability.reason,
+                "load_seconds": round(time.perf_counter() - t0, 3),
+            }
+        )
         if availability.status == "ok":
             adapters[adapter.name] = adapter
-        log(f"{adapter.name} {adapter.version() or '-'}: {availability.status} {availability.reason} ({rows[-1]['load_seconds']} s to load)")
-    bench = Bench(adapters, tokenizer, reps=reps, series_budget=series_budget, deadline=deadline, log=log)
+        log(
+            f"{adapter.name} {adapter.version() or '-'}: {availability.status} "
+            f"{availability.reason} ({rows[-1]['load_seconds']} s to load)"
+        )
+    bench = Bench(
+        adapters, tokenizer, reps=reps, series_budget=series_budget, deadline=deadline, log=log
+    )
     bench.workload("parallel", [0])
     bench.workload("args", sizes)
     bench.workload("content", [s for s in sizes if s <= CONTENT_MAX_KB])
     versions = {r["name"]: r["version"] for r in rows}
     doc: dict[str, Any] = {
-        "k2conform": __version__, "quick": quick,
-        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "loadavg": list(os.getloadavg())},
-        "settings": {"sizes_kb": list(sizes), "reps": reps, "series_budget_s": series_budget,
-                     "max_seconds": max_seconds, "delta_chars": DELTA_CHARS, "fit_from_kb": FIT_FROM_KB,
-                     "superlinear_exponent": SUPERLINEAR_EXPONENT, "parallel_calls": PARALLEL_CALLS},
-        "adapters": rows, "series": bench.series_rows(versions), "comparisons": bench.pairs(),
+        "k2conform": __version__,
+        "quick": quick,
+        "machine": {
+            "python": platform.python_version(),
+            "cpus": os.cpu_count(),
+            "loadavg": list(os.getloadavg()),
+        },
+        "settings": {
+            "sizes_kb": list(sizes),
+            "reps": reps,
+            "series_budget_s": series_budget,
+            "max_seconds": max_seconds,
+            "delta_chars": DELTA_CHARS,
+            "fit_from_kb": FIT_FROM_KB,
+            "superlinear_exponent": SUPERLINEAR_EXPONENT,
+            "parallel_calls": PARALLEL_CALLS,
+        },
+        "adapters": rows,
+        "series": bench.series_rows(versions),
+        "comparisons": bench.pairs(),
         "errors": dict(bench.errors),
     }
     doc["streaming_cost"] = streaming_cost(doc)
@@ -652,37 +809,65 @@ def run_bench(names: Sequence[str], *, quick: bool = False, reps: int | None = N
         for mode, delivery in deliveries.items():
             if name in bench.errors:
                 continue
-            doc["memory"].append({"adapter": name, "delivery": mode, "size_kb": memory_kb, "chars": len(text),
-                                  "peak_kib": round(peak_memory(adapter, request, delivery) / 1024, 1)})
+            doc["memory"].append(
+                {
+                    "adapter": name,
+                    "delivery": mode,
+                    "size_kb": memory_kb,
+                    "chars": len(text),
+                    "peak_kib": round(peak_memory(adapter, request, delivery) / 1024, 1),
+                }
+            )
     if harness:
         log("harness: the matrix's cell function over a corpus sample")
-        doc["harness"] = harness_cost(adapters, tokenizer, budget=2.0,
-                                      max_cases=12 if quick else None)
+        doc["harness"] = harness_cost(
+            adapters, tokenizer, budget=2.0, max_cases=12 if quick else None
+        )
     if run_results is not None:
         doc["run_results"] = run_results_cost(run_results)
     if fuzz_seconds:
-        targets = fuzz_targets()
-        doc["fuzz"] = {"targets": fuzz_speeds(targets, fuzz_seconds), "concurrent": True,
-                       "note": f"{len(targets)} targets run at the same time on {os.cpu_count()} cores" if targets
-                       else "no fuzz/fuzz_*.py targets in this checkout"}
+        log(f"fuzz: every target for {fuzz_seconds} s, side by side")
+        doc["fuzz"] = fuzz_speeds(fuzz_seconds)
     doc["wall_seconds"] = time.monotonic() - started
     return doc
 
 
 def add_parser(subparsers: Any) -> None:
-    p = subparsers.add_parser("bench", help="throughput, per-delta cost and scaling exponent of every adapter")
+    p = subparsers.add_parser(
+        "bench", help="throughput, per-delta cost and scaling exponent of every adapter"
+    )
     p.description = (__doc__ or "").split("\n\n")[0] + (
-        " Prints a table; --json writes every figure, --plot a log-log PNG of cost against size.")
-    p.add_argument("--adapter", action="append", help="adapter to measure (repeatable; default: all registered)")
+        " Prints a table; --json writes every figure, --plot a log-log PNG of cost against size."
+    )
+    p.add_argument(
+        "--adapter",
+        action="append",
+        help="adapter to measure (repeatable; default: all registered)",
+    )
     p.add_argument("--json", type=Path, help="write every figure as JSON (input of run --bench)")
     p.add_argument("--plot", type=Path, help="write a log-log PNG of cost against size per adapter")
-    p.add_argument("--quick", action="store_true", help="small sizes, two repetitions, no fuzzing (seconds)")
+    p.add_argument(
+        "--quick", action="store_true", help="small sizes, two repetitions, no fuzzing (seconds)"
+    )
     p.add_argument("--reps", type=int, help="repetitions per point (default 3; quick 2)")
-    p.add_argument("--series-budget", type=float, help="seconds per adapter x workload x delivery (default 9)")
-    p.add_argument("--max-seconds", type=float, help="stop measuring new sizes after this long (default 55)")
+    p.add_argument(
+        "--series-budget", type=float, help="seconds per adapter x workload x delivery (default 9)"
+    )
+    p.add_argument(
+        "--max-seconds", type=float, help="stop measuring new sizes after this long (default 55)"
+    )
     p.add_argument("--no-harness", action="store_true", help="skip the harness-cost measurement")
-    p.add_argument("--fuzz-seconds", type=int, default=None, help="bounded run per fuzz target (default 3; quick 0)")
-    p.add_argument("--run-results", type=Path, help="a k2conform run --json file: report its wall time and cell time")
+    p.add_argument(
+        "--fuzz-seconds",
+        type=int,
+        default=None,
+        help="bounded run per fuzz target (default 3; quick 0)",
+    )
+    p.add_argument(
+        "--run-results",
+        type=Path,
+        help="a k2conform run --json file: report its wall time and cell time",
+    )
     p.set_defaults(handler=cmd_bench)
 
 
@@ -691,9 +876,17 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     names = args.adapter or default_adapter_names()
     fuzz_seconds = args.fuzz_seconds if args.fuzz_seconds is not None else (0 if args.quick else 3)
-    doc = run_bench(names, quick=args.quick, reps=args.reps, series_budget=args.series_budget,
-                    max_seconds=args.max_seconds, harness=not args.no_harness, fuzz_seconds=fuzz_seconds,
-                    run_results=args.run_results, log=lambda line: print(line, file=sys.stderr, flush=True))
+    doc = run_bench(
+        names,
+        quick=args.quick,
+        reps=args.reps,
+        series_budget=args.series_budget,
+        max_seconds=args.max_seconds,
+        harness=not args.no_harness,
+        fuzz_seconds=fuzz_seconds,
+        run_results=args.run_results,
+        log=lambda line: print(line, file=sys.stderr, flush=True),
+    )
     if args.plot:
         args.plot.parent.mkdir(parents=True, exist_ok=True)
         doc["plot"] = {"path": str(args.plot), "engine": plot(doc, args.plot)}

@@ -1,7 +1,8 @@
 """``k2conform fuzz``: run an atheris target for a while, then print what it found.
 
     k2conform fuzz reference --seconds 600
-    k2conform fuzz differential --seconds 600 [--adapter vllm] [--delivery stream-char] [--findings DIR]
+    k2conform fuzz differential --seconds 600 [--adapter vllm] [--delivery stream-char] [--findings
+    DIR]
     k2conform fuzz roundtrip --runs 2000
     k2conform fuzz seed-corpus [OUT]
     k2conform fuzz reference DIR... --runs 1000   (corpus directories right after the target name)
@@ -25,38 +26,96 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from k2conform.fuzzing.targets import TARGETS, default_fuzz_dir
+from k2conform.fuzzing.instrument import INSTRUMENT_CHOICES
+from k2conform.fuzzing.targets import (
+    ENVELOPE_TARGETS,
+    MAX_LEN,
+    TARGETS,
+    default_fuzz_dir,
+    libfuzzer_timeout,
+)
 
-SEED_TARGETS = ("reference", "differential")  # the roundtrip target reads structured bytes
 _STAT = re.compile(r"^stat::(\w+):\s*(\d+)")
 
 
 def add_parser(subparsers: Any) -> None:
-    p = subparsers.add_parser("fuzz", help="run an atheris fuzz target (reference, differential, roundtrip) or build seeds")
+    p = subparsers.add_parser(
+        "fuzz",
+        help="run an atheris fuzz target (reference, differential, roundtrip) or build seeds",
+    )
     p.description = __doc__.split("\n\n")[0] + " " + __doc__.split("\n\n")[2].replace("\n", " ")
     p.add_argument("target", choices=[*TARGETS, "seed-corpus"])
-    p.add_argument("corpus_dirs", nargs="*", type=Path,
-                   help="libFuzzer corpus directories (the first receives new inputs); seed-corpus: the output directory")
+    p.add_argument(
+        "corpus_dirs",
+        nargs="*",
+        type=Path,
+        help="libFuzzer corpus directories (the first receives new inputs); seed-corpus: the "
+        "output directory",
+    )
     p.add_argument("--seconds", type=int, help="stop after this many seconds (-max_total_time)")
     p.add_argument("--runs", type=int, help="stop after this many executions (-runs)")
-    p.add_argument("--adapter", action="append", help="adapter under test (repeatable; default: all available)")
-    p.add_argument("--delivery", action="append", help="delivery mode (repeatable; default: whole and stream-token; "
-                   "also stream-split: the cuts the fuzz input carries)")
-    p.add_argument("--findings", type=Path, help="where new signatures are saved (default: fuzz/findings)")
-    p.add_argument("--deadline", type=float, default=10.0, help="seconds per parse before it is a timeout finding")
-    p.add_argument("--corpus", type=Path, help="seed-corpus: the case corpus to build from (default: the shipped one)")
+    p.add_argument(
+        "--adapter", action="append", help="adapter under test (repeatable; default: all available)"
+    )
+    p.add_argument(
+        "--delivery",
+        action="append",
+        help="delivery mode (repeatable; default: whole and stream-token; "
+        "stream-recorded: the pieces the fuzz input's cuts make)",
+    )
+    p.add_argument(
+        "--findings", type=Path, help="where new signatures are saved (default: fuzz/findings)"
+    )
+    p.add_argument(
+        "--deadline",
+        type=float,
+        default=10.0,
+        help="seconds per parse before it is a timeout finding",
+    )
+    p.add_argument(
+        "--instrument",
+        choices=INSTRUMENT_CHOICES,
+        default=INSTRUMENT_CHOICES[0],
+        help="code libFuzzer's coverage counts: the parsers under test and the "
+        "reference (default), or the reference only",
+    )
+    p.add_argument(
+        "--corpus",
+        type=Path,
+        help="seed-corpus: the case corpus to build from (default: the shipped one)",
+    )
     p.add_argument("--no-seeds", action="store_true", help="do not add the seed corpus")
-    p.add_argument("--libfuzzer", action="append", default=[], metavar="FLAG",
-                   help="extra libFuzzer flag, e.g. --libfuzzer=-jobs=2 (repeatable)")
+    p.add_argument(
+        "--libfuzzer",
+        action="append",
+        default=[],
+        metavar="FLAG",
+        help="extra libFuzzer flag, e.g. --libfuzzer=-jobs=2 (repeatable)",
+    )
     p.set_defaults(handler=cmd_fuzz)
 
 
 def main_seed_corpus(argv: Sequence[str]) -> int:
+    """``fuzz/build_seed_corpus.py``: the seed directory, or with ``--service`` every target's
+    files for OSS-Fuzz / ClusterFuzzLite (what ``.clusterfuzzlite/build.sh`` runs)."""
     parser = argparse.ArgumentParser(prog="build_seed_corpus")
     parser.add_argument("out", nargs="?", type=Path, default=default_fuzz_dir() / "seeds")
     parser.add_argument("--corpus", type=Path)
+    parser.add_argument(
+        "--service",
+        type=Path,
+        metavar="OUT",
+        help="write each target's fuzz_NAME_seed_corpus.zip, fuzz_NAME.dict and "
+        "fuzz_NAME.options into OUT",
+    )
     args = parser.parse_args(argv)
-    return _seed_corpus(args.out, args.corpus)
+    if args.service is None:
+        return _seed_corpus(args.out, args.corpus)
+    from k2conform.fuzzing.seeds import write_service_files
+
+    for path in write_service_files(args.service, args.corpus):
+        print(path)
+    return 0
 
 
 def _seed_corpus(out: Path, corpus: Path | None) -> int:
@@ -74,7 +133,9 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
     if args.target == "seed-corpus":
         if len(args.corpus_dirs) > 1:
             raise UsageError("seed-corpus takes one output directory")
-        return _seed_corpus(args.corpus_dirs[0] if args.corpus_dirs else fuzz_dir / "seeds", args.corpus)
+        return _seed_corpus(
+            args.corpus_dirs[0] if args.corpus_dirs else fuzz_dir / "seeds", args.corpus
+        )
     if args.seconds is None and args.runs is None:
         raise UsageError("give --seconds N or --runs N (fuzzing never ends by itself)")
     dirs = list(args.corpus_dirs)
@@ -82,7 +143,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         work = fuzz_dir / "work" / args.target
         work.mkdir(parents=True, exist_ok=True)
         dirs = [work]
-        if args.target in SEED_TARGETS and not args.no_seeds:
+        if args.target in ENVELOPE_TARGETS and not args.no_seeds:
             seeds = fuzz_dir / "seeds"
             if not seeds.is_dir() or not any(seeds.iterdir()):
                 _seed_corpus(seeds, args.corpus)
@@ -93,9 +154,16 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         command += ["--adapter", adapter]
     for mode in args.delivery or ():
         command += ["--delivery", mode]
-    command += ["--findings", str(findings), "--deadline", str(args.deadline)]
+    command += [
+        "--findings",
+        str(findings),
+        "--deadline",
+        str(args.deadline),
+        "--instrument",
+        args.instrument,
+    ]
     dictionary = fuzz_dir / "kimi_k2.dict"
-    if args.target != "roundtrip":
+    if args.target in ENVELOPE_TARGETS:
         if not dictionary.is_file():
             from k2conform.fuzzing.seeds import dictionary_text
 
@@ -106,12 +174,23 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         command.append(f"-max_total_time={args.seconds}")
     if args.runs is not None:
         command.append(f"-runs={args.runs}")
-    command += ["-print_final_stats=1", f"-max_len={4096 if args.target == 'reference' else 2048}", f"-timeout={int(max(60, args.deadline * 8))}",
-                f"-artifact_prefix={fuzz_dir}/", *args.libfuzzer, *map(str, dirs)]
+    command += [
+        "-print_final_stats=1",
+        f"-max_len={MAX_LEN[args.target]}",
+        f"-timeout={libfuzzer_timeout(args.deadline)}",
+        f"-artifact_prefix={fuzz_dir}/",
+        *args.libfuzzer,
+        *map(str, dirs),
+    ]
     print("$ " + " ".join(command), file=sys.stderr, flush=True)
     stats: dict[str, int] = {}
-    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, errors="replace",
-                               env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    process = subprocess.Popen(
+        command,
+        stderr=subprocess.PIPE,
+        text=True,
+        errors="replace",
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     assert process.stderr is not None
     for line in process.stderr:
         sys.stderr.write(line)
@@ -126,8 +205,11 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
 def summary(target: str, stats: dict[str, int], findings: Path) -> str:
     from k2conform.fuzzing.engine import format_table
 
-    lines = [f"\n== k2conform fuzz {target}: {stats.get('number_of_executed_units', '?')} executions, "
-             f"{stats.get('average_exec_per_sec', '?')} exec/s, peak RSS {stats.get('peak_rss_mb', '?')} MB"]
+    lines = [
+        f"\n== k2conform fuzz {target}: {stats.get('number_of_executed_units', '?')} executions, "
+        f"{stats.get('average_exec_per_sec', '?')} exec/s, peak RSS "
+        f"{stats.get('peak_rss_mb', '?')} MB"
+    ]
     table = findings / f"signatures-{target}.json"
     if target != "reference" and table.is_file():
         lines.append(format_table(json.loads(table.read_text(encoding="utf-8"))))

@@ -10,51 +10,29 @@ or propagates, so the fuzzer stops loudly with a traceback.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from k2conform.delivery import modes as dl
 from k2conform.case.corpus import CompletionCase, Expectation, load_case
-from k2conform.fuzzing.signature import classify, components, signature, slug
+from k2conform.case.verdict import verdict as case_verdict
+from k2conform.fuzzing.signature import KINDS, classify, components, signature, slug
 from k2conform.model import Delta, Request, Result
 
-#: Delivery modes the fuzzers accept: the matrix's modes plus ``stream-split``, the
-#: text-level stream cut where the fuzz input says (its cut list).
-FUZZ_MODES: tuple[str, ...] = tuple(m for m in dl.MODES if m != "stream-recorded") + ("stream-split",)
-TEXT_LEVEL = ("stream-char", "stream-marker-split", "stream-random", "stream-recorded", "stream-split")
+#: Delivery modes the fuzzers accept: the in-process ones; ``stream-recorded`` replays the
+#: pieces the fuzz input's cut list makes (as a case replays its recorded deltas).
+FUZZ_MODES: tuple[str, ...] = tuple(m for m in dl.MODES if m not in dl.SERVER_MODES)
 DEFAULT_FUZZ_MODES = ("whole", "stream-token")
 DEFAULT_DEADLINE = 10.0
-
-#: Reference policies on which the spec itself decides (well-formed output: ``y_``), those
-#: that only keep what a stricter parser would lose (malformed, behaviour required: ``n_``);
-#: any other policy makes a case implementation-defined (``i_``).  See docs/policies.md.
-SPEC_POLICIES = frozenset({
-    "ARGS.marker-in-string", "ARGS.raw", "END.im-end", "ID.dotted-name", "ID.standard", "ID.verbatim",
-    "ID.whitespace", "THINK.end", "THINK.leading-open-tag", "THINK.off",
-})
-KEEPING_POLICIES = frozenset({
-    "ARGS.invalid-json", "ARGS.empty", "ARGS.unterminated-string", "STRUCT.call-without-section",
-    "STRUCT.missing-call-end", "STRUCT.missing-section-end", "STRUCT.section-noise", "STRUCT.stray-marker",
-    "STRUCT.text-after-section", "STRUCT.truncated-header", "THINK.implicit-end-at-section", "THINK.unterminated",
-})
 
 
 class HarnessBug(AssertionError):
     """A bug in k2conform itself (glue, reference, comparison): never a parser finding."""
-
-
-def verdict_for(policies: Iterable[str]) -> str:
-    """``y``, ``n`` or ``i`` from the reference policies that fired."""
-    fired = set(policies)
-    if fired <= SPEC_POLICIES:
-        return "y"
-    if fired <= SPEC_POLICIES | KEEPING_POLICIES:
-        return "n"
-    return "i"
 
 
 @dataclass
@@ -65,9 +43,17 @@ class Observation:
     expected: Result
     signature: str
     kinds: dict[str, tuple[str, ...]]
-    results: dict[str, Result]          # per adapter: the result of the first disagreeing variant
-    deltas: tuple[str, ...] | None       # the variant's pieces, for text-level modes
+    results: dict[str, Result]  # per adapter: the result of the first disagreeing variant
+    deltas: tuple[str, ...] | None  # the variant's pieces, for text-level modes
     variant: str = ""
+
+
+class _SpanCache:
+    """The tokenizer with its last few texts remembered: every delivery mode of one input
+    tokenises the same text, and the stand-in tokenizer costs more than a small parse."""
+
+    def __init__(self, tokenizer: Any, size: int = 4) -> None:
+        self.tokenize_spans = functools.lru_cache(maxsize=size)(tokenizer.tokenize_spans)
 
 
 @dataclass
@@ -85,8 +71,13 @@ class Engine:
 
         if self.tokenizer is None:
             self.tokenizer = load_tokenizer()
+        self._spans = _SpanCache(self.tokenizer)
         self.reference = create_adapter("reference")
-        names = list(self.adapter_names) if self.adapter_names else [n for n in default_adapter_names() if n != "reference"]
+        names = (
+            list(self.adapter_names)
+            if self.adapter_names
+            else [n for n in default_adapter_names() if n != "reference"]
+        )
         self.adapters = []
         for name in names:
             if name == "reference":
@@ -97,18 +88,26 @@ class Engine:
                 self.skipped[name] = availability.reason
                 continue
             if availability.status != "ok":
-                raise HarnessBug(f"adapter {name} cannot load ({availability.status}): {availability.reason}")
+                raise HarnessBug(
+                    f"adapter {name} cannot load ({availability.status}): {availability.reason}"
+                )
             self.adapters.append(adapter)
         self.names = [a.name for a in self.adapters]
 
     # -- running ---------------------------------------------------------------------------
 
-    def deliveries(self, text: str, mode: str, cuts: Sequence[int] | None = None,
-                   recorded: Sequence[str] | None = None) -> list[dl.Delivery]:
-        if mode == "stream-split":
-            return [dl.Delivery("stream-split", dl.cut(text, cuts or ()))]
-        return dl.deliveries(text, mode, self.tokenizer, seed=dl.case_seed(dl.DEFAULT_SEED, "fuzz"),
-                             recorded=recorded)
+    def deliveries(
+        self,
+        text: str,
+        mode: str,
+        cuts: Sequence[int] | None = None,
+        recorded: Sequence[str] | None = None,
+    ) -> list[dl.Delivery]:
+        if mode == "stream-recorded" and recorded is None:
+            recorded = [d.text for d in dl.cut(text, cuts or ())]
+        return dl.deliveries(
+            text, mode, self._spans, seed=dl.case_seed(dl.DEFAULT_SEED, "fuzz"), recorded=recorded
+        )
 
     def run(self, adapter: Any, request: Request, delivery: dl.Delivery) -> Result:
         """The harness's ``execute`` under a deadline; glue errors are k2conform's bugs."""
@@ -127,23 +126,43 @@ class Engine:
     def oracle(self, request: Request, text: str) -> Result:
         result = self.run(self.reference, request, dl.Delivery("whole", (Delta(text),)))
         if result.outcome != "ok":
-            raise HarnessBug(f"the reference parser failed: {result.outcome}: {result.error}\ninput: {text!r}")
+            raise HarnessBug(
+                f"the reference parser failed: {result.outcome}: {result.error}\ninput: {text!r}"
+            )
         return result
 
-    def observe(self, request: Request, text: str, mode: str, cuts: Sequence[int] | None = None,
-                recorded: Sequence[str] | None = None, expected: Result | None = None,
-                check_reference_stream: bool = True) -> Observation:
-        """Every adapter's disagreement with ``expected`` (default: the reference's one-shot parse)."""
+    def observe(
+        self,
+        request: Request,
+        text: str,
+        mode: str,
+        cuts: Sequence[int] | None = None,
+        recorded: Sequence[str] | None = None,
+        expected: Result | None = None,
+        check_reference_stream: bool = True,
+    ) -> Observation:
+        """Every adapter's disagreement with ``expected`` (default: the reference's one-shot
+        parse)."""
         if expected is None:
             expected = self.oracle(request, text)
         variants = self.deliveries(text, mode, cuts, recorded)
         if check_reference_stream and mode != "whole":
             for variant in variants:
                 streamed = self.run(self.reference, request, variant)
-                broken = [v for v in streamed.meta.get("stream_violations") or () if "marker bytes" not in v]
-                if streamed.outcome != "ok" or broken or _observable(streamed) != _observable(expected):
-                    raise HarnessBug(f"the reference's {variant.label} parse differs from its one-shot parse:"
-                                     f"\n{streamed.to_json()}\nvs {expected.to_json()}\ninput: {text!r}")
+                broken = [
+                    v
+                    for v in streamed.meta.get("stream_violations") or ()
+                    if "marker bytes" not in v
+                ]
+                if (
+                    streamed.outcome != "ok"
+                    or broken
+                    or _observable(streamed) != _observable(expected)
+                ):
+                    raise HarnessBug(
+                        f"the reference's {variant.label} parse differs from its one-shot parse:"
+                        f"\n{streamed.to_json()}\nvs {expected.to_json()}\ninput: {text!r}"
+                    )
         kinds: dict[str, tuple[str, ...]] = {}
         results: dict[str, Result] = {}
         chosen: dl.Delivery | None = None
@@ -158,12 +177,10 @@ class Engine:
                 elif adapter.name not in results:
                     results[adapter.name] = result
                 found.extend(k for k in got if k not in found)
-            from k2conform.fuzzing.signature import KINDS
-
             kinds[adapter.name] = tuple(k for k in KINDS if k in found)
         sig = signature(kinds, self.names)
         chosen = chosen or variants[0]
-        deltas = tuple(d.text for d in chosen.deltas) if mode in TEXT_LEVEL else None
+        deltas = tuple(d.text for d in chosen.deltas) if mode in dl.TEXT_LEVEL_MODES else None
         return Observation(mode, expected, sig, kinds, results, deltas, chosen.label)
 
 
@@ -181,40 +198,76 @@ def _compact(result: Result) -> str:
     return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
 
 
-def finding_case(request: Request, text: str, observation: Observation, target: str,
-                 prefix: str = "fuzz", minimised: bool = False, focus: str | None = None) -> CompletionCase:
+def finding_case(
+    request: Request,
+    text: str,
+    observation: Observation,
+    target: str,
+    prefix: str = "fuzz",
+    minimised: bool = False,
+    focus: str | None = None,
+) -> CompletionCase:
     """A case file in the corpus format recording a disagreement.
 
-    The expectation is the oracle's result; the verdict follows the reference policies that
-    fired (``i_`` when the spec does not decide); description and source record the
+    The expectation is the oracle's result; the prefix is the verdict rule's
+    (:func:`k2conform.case.verdict.verdict`); description and source record the
     signature, the delivery and every adapter's observed result; ``generator`` records what
     ``k2conform minimize`` needs to reproduce it.
     """
     focus = focus or observation.signature
     policies = list(observation.expected.meta.get("policies") or ())
-    verdict = verdict_for(policies) if target != "roundtrip" else "y"
-    digest = hashlib.sha256(json.dumps([text, request.to_json(), observation.deltas, observation.mode],
-                                       ensure_ascii=False).encode()).hexdigest()[:8]
+    verdict = case_verdict(request, text).prefix if target != "roundtrip" else "y"
+    digest = hashlib.sha256(
+        json.dumps(
+            [text, request.to_json(), observation.deltas, observation.mode], ensure_ascii=False
+        ).encode()
+    ).hexdigest()[:8]
     case_id = f"{verdict}_{prefix}_{slug(focus, 48)}_{digest}"
     mode = "stream-recorded" if observation.deltas is not None else observation.mode
-    observed = "; ".join(f"{name} -> {_compact(result)}" for name, result in observation.results.items()
-                         if observation.kinds.get(name))
-    description = (f"{'minimised ' if minimised else ''}{target} fuzz finding: {focus} "
-                   f"in {observation.mode} (matrix mode {mode})")
-    source = (f"k2conform fuzz {target}{' + k2conform minimize' if minimised else ''}; signature "
-              f"{focus} (whole input: {observation.signature}); kinds: "
-              f"{'; '.join(f'{a} {chr(43).join(k)}' for a, k in observation.kinds.items() if k)}; delivery {observation.mode}"
-              f"{' [' + observation.variant + ']' if observation.variant else ''}; observed: {observed}; "
-              f"expected ({'rendered calls' if target == 'roundtrip' else 'reference'}): "
-              f"{_compact(observation.expected)}; reference policies: {', '.join(policies) or '-'}")
-    tags = ["FUZZ." + target] + [f"FUZZ.{kind}" for kind in
-                                 dict.fromkeys(k for ks in observation.kinds.values() for k in ks)]
-    expected = Expectation(observation.expected.content, observation.expected.reasoning,
-                           observation.expected.tool_calls)
-    generator = {"class": f"FUZZ.{target}", "seed": 0, "delivery": observation.mode,
-                 "signature": focus, "adapters": sorted(observation.kinds)}
-    return CompletionCase(case_id, description, tuple(tags), source, request, text,
-                          observation.deltas, expected, generator)
+    observed = "; ".join(
+        f"{name} -> {_compact(result)}"
+        for name, result in observation.results.items()
+        if observation.kinds.get(name)
+    )
+    description = (
+        f"{'minimised ' if minimised else ''}{target} fuzz finding: {focus} "
+        f"in {observation.mode} (matrix mode {mode})"
+    )
+    source = (
+        f"k2conform fuzz {target}{' + k2conform minimize' if minimised else ''}; signature "
+        f"{focus} (whole input: {observation.signature}); kinds: "
+        f"{'; '.join(f'{a} {chr(43).join(k)}' for a, k in observation.kinds.items() if k)}; "
+        f"delivery {observation.mode}"
+        f"{' [' + observation.variant + ']' if observation.variant else ''}; observed: {observed}; "
+        f"expected ({'rendered calls' if target == 'roundtrip' else 'reference'}): "
+        f"{_compact(observation.expected)}; reference policies: {', '.join(policies) or '-'}"
+    )
+    tags = ["FUZZ." + target] + [
+        f"FUZZ.{kind}" for kind in dict.fromkeys(k for ks in observation.kinds.values() for k in ks)
+    ]
+    expected = Expectation(
+        observation.expected.content,
+        observation.expected.reasoning,
+        observation.expected.tool_calls,
+    )
+    generator = {
+        "class": f"FUZZ.{target}",
+        "seed": 0,
+        "delivery": observation.mode,
+        "signature": focus,
+        "adapters": sorted(observation.kinds),
+    }
+    return CompletionCase(
+        case_id,
+        description,
+        tuple(tags),
+        source,
+        request,
+        text,
+        observation.deltas,
+        expected,
+        generator,
+    )
 
 
 def write_case_file(case: CompletionCase, directory: Path | str) -> Path:
@@ -288,18 +341,30 @@ class FindingStore:
             return
         self._written = now
         self.directory.mkdir(parents=True, exist_ok=True)
-        data = {"target": self.target, "executions": self.executions, "seconds": round(now - self.started, 1),
-                "signatures": [{"key": k, "count": c, "file": self.files.get(k), "new": k in self.new}
-                               for k, c in sorted(self.counts.items(), key=lambda kv: (-kv[1], kv[0]))]}
+        data = {
+            "target": self.target,
+            "executions": self.executions,
+            "seconds": round(now - self.started, 1),
+            "signatures": [
+                {"key": k, "count": c, "file": self.files.get(k), "new": k in self.new}
+                for k, c in sorted(self.counts.items(), key=lambda kv: (-kv[1], kv[0]))
+            ],
+        }
         path = self.directory / f"signatures-{self.target}.json"
-        path.write_text(json.dumps(data, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+        path.write_text(
+            json.dumps(data, ensure_ascii=False, indent=1) + "\n",
+            encoding="utf-8",
+            errors="backslashreplace",
+        )  # a lone surrogate stays its JSON escape
 
 
 def format_table(data: Mapping[str, Any]) -> str:
     """The signature table of a ``signatures-<target>.json``."""
     rows = data.get("signatures") or []
-    lines = [f"{data.get('target')}: {data.get('executions')} executions in {data.get('seconds')} s, "
-             f"{len(rows)} distinct signatures ({sum(1 for r in rows if r['new'])} new this run)"]
+    lines = [
+        f"{data.get('target')}: {data.get('executions')} executions in {data.get('seconds')} s, "
+        f"{len(rows)} distinct signatures ({sum(1 for r in rows if r['new'])} new this run)"
+    ]
     if rows:
         lines.append(f"{'count':>7}  {'new':3}  signature (delivery adapter:kinds|...)")
         for row in rows:

@@ -9,8 +9,12 @@ Layout::
 bit 2 leave the first named tool undeclared.  ``TEXT`` is the model output; bytes that are
 not UTF-8 decode as U+FFFD, so every input is a valid string.  0xFF never occurs in
 UTF-8, so it separates the optional cut list: a ``GAP`` byte below 255 puts the next cut
-``GAP + 1`` characters on, 255 moves 255 characters on without a cut.  Without a cut list the cuts derive from a hash of the input, so
-every input still carries a split.
+``GAP + 1`` characters on, 255 moves 255 characters on without a cut.  Without a cut list
+:data:`SAMPLED_CUTS` cut points are drawn from a hash of the input, so every input still
+carries a split and replays with the same one.  A few cuts per input, not one every few
+characters: a stream's cost grows with its deltas, and libFuzzer moves the cuts itself (the
+mutator's ``split`` and ``cuts``); every split point of every corpus case is checked in the
+test suite (``tests/test_reference_parser.py``) and by the matrix's ``stream-char`` mode.
 """
 
 from __future__ import annotations
@@ -28,9 +32,13 @@ DECLARE_TOOLS = 2
 UNDECLARED_FIRST = 4
 SEPARATOR = 0xFF
 MAX_DECLARED = 8
+#: Cut points drawn for an input without a cut list.
+SAMPLED_CUTS = 4
 
 _CALL_ID = re.compile(
-    re.escape(mk.CALL_BEGIN) + r"\s*(?:functions\.)?([^\s<]{1,64}?)(?::\s*\d+)?\s*" + re.escape(mk.ARGUMENT_BEGIN)
+    re.escape(mk.CALL_BEGIN)
+    + r"\s*(?:functions\.)?([^\s<]{1,64}?)(?::\s*\d+)?\s*"
+    + re.escape(mk.ARGUMENT_BEGIN)
 )
 
 
@@ -48,16 +56,10 @@ class FuzzInput:
         return Request(tools=tuple(declared_tools(self.text, self.flags)), thinking=self.thinking)
 
     def split_points(self) -> tuple[int, ...]:
-        """The cut offsets of the text-level ``stream-split`` delivery."""
+        """The cut offsets of the text-level delivery (``stream-recorded`` replays its pieces)."""
         if self.cuts is not None:
             return tuple(c for c in self.cuts if 0 < c < len(self.text))
-        rng = random.Random(zlib.crc32(self.text.encode("utf-8")) ^ self.flags)
-        cuts, position = [], 0
-        while True:
-            position += rng.randint(1, 12)
-            if position >= len(self.text):
-                return tuple(cuts)
-            cuts.append(position)
+        return sample_cuts(len(self.text), zlib.crc32(self.text.encode("utf-8")) ^ self.flags)
 
     def encode(self) -> bytes:
         data = bytes([self.flags & 0xFF]) + self.text.encode("utf-8")
@@ -74,6 +76,13 @@ class FuzzInput:
             gaps.append(step - 1)
             previous = cut
         return data + bytes([SEPARATOR]) + bytes(gaps)
+
+
+def sample_cuts(length: int, seed: int, count: int = SAMPLED_CUTS) -> tuple[int, ...]:
+    """``count`` distinct cut offsets inside a text of ``length`` characters, in order, drawn
+    from ``seed`` (the same seed gives the same cuts)."""
+    inner = range(1, length)
+    return tuple(sorted(random.Random(seed).sample(inner, min(count, len(inner)))))
 
 
 def decode(data: bytes) -> FuzzInput:
@@ -110,7 +119,13 @@ def declared_tools(text: str, flags: int) -> list[dict]:
     if not names:  # a server with tool parsing on always declares at least one tool
         names = ["get_weather"]
     return [
-        {"type": "function", "function": {"name": name, "description": f"Tool {name}",
-                                          "parameters": {"type": "object", "properties": {}}}}
+        {
+            "type": "function",
+            "function": {
+                "name": name,
+                "description": f"Tool {name}",
+                "parameters": {"type": "object", "properties": {}},
+            },
+        }
         for name in names
     ]

@@ -4,12 +4,14 @@ Every completion case becomes one fuzz input (see :mod:`k2conform.fuzzing.envelo
 its model output, its thinking flag, whether it declares tools, and the cuts of its
 recorded deltas when it has some.  Files are named by content hash, so building twice
 gives the same directory.  ``dictionary_text`` is the libFuzzer dictionary of the markers
-(``fuzz/kimi_k2.dict`` is this text).
+(``fuzz/kimi_k2.dict`` is this text).  :func:`write_service_files` lays out, per target, what
+OSS-Fuzz and ClusterFuzzLite read beside its executable (docs/fuzzing.md).
 """
 
 from __future__ import annotations
 
 import hashlib
+import zipfile
 from pathlib import Path
 
 from k2conform import markers as mk
@@ -20,7 +22,9 @@ from k2conform.fuzzing.envelope import DECLARE_TOOLS, THINKING, FuzzInput
 def seed_inputs(corpus_root: Path | str | None = None) -> list[FuzzInput]:
     inputs = []
     for case in load_corpus(corpus_root).completions:
-        flags = (THINKING if case.request.thinking else 0) | (DECLARE_TOOLS if case.request.tools else 0)
+        flags = (THINKING if case.request.thinking else 0) | (
+            DECLARE_TOOLS if case.request.tools else 0
+        )
         cuts = None
         if case.deltas:
             cuts, position = [], 0
@@ -32,34 +36,83 @@ def seed_inputs(corpus_root: Path | str | None = None) -> list[FuzzInput]:
     return inputs
 
 
+def seed_files(corpus_root: Path | str | None = None) -> dict[str, bytes]:
+    """The seed inputs by file name (their content hash), each once."""
+    encoded = (fuzz.encode() for fuzz in seed_inputs(corpus_root))
+    return {hashlib.sha1(data).hexdigest(): data for data in encoded}
+
+
 def build_seed_corpus(out: Path | str, corpus_root: Path | str | None = None) -> int:
     """Write the seeds into ``out``; returns how many distinct inputs it holds."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    written = set()
-    for fuzz in seed_inputs(corpus_root):
-        data = fuzz.encode()
-        name = hashlib.sha1(data).hexdigest()
-        if name not in written:
-            (out / name).write_bytes(data)
-            written.add(name)
-    return len(written)
+    files = seed_files(corpus_root)
+    for name, data in files.items():
+        (out / name).write_bytes(data)
+    return len(files)
+
+
+def write_service_files(out: Path | str, corpus_root: Path | str | None = None) -> list[Path]:
+    """Per target ``fuzz_NAME`` in ``out`` (the services' ``$OUT``): ``fuzz_NAME.options`` (the
+    libFuzzer flags ``k2conform fuzz`` passes) and, for the targets that read the envelope,
+    ``fuzz_NAME_seed_corpus.zip`` and ``fuzz_NAME.dict``.  The zip is byte-for-byte the same
+    on every build (sorted names, fixed timestamps)."""
+    from k2conform.fuzzing.engine import DEFAULT_DEADLINE
+    from k2conform.fuzzing.targets import ENVELOPE_TARGETS, MAX_LEN, TARGETS, libfuzzer_timeout
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    files = seed_files(corpus_root)
+    written = []
+    for target in TARGETS:
+        stem = out / f"fuzz_{target}"
+        options = stem.with_name(stem.name + ".options")
+        options.write_text(
+            f"[libfuzzer]\nmax_len = {MAX_LEN[target]}\n"
+            f"timeout = {libfuzzer_timeout(DEFAULT_DEADLINE)}\n",
+            encoding="utf-8",
+        )
+        written.append(options)
+        if target not in ENVELOPE_TARGETS:
+            continue
+        archive = stem.with_name(stem.name + "_seed_corpus.zip")
+        with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as bundle:
+            for name in sorted(files):
+                bundle.writestr(zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0)), files[name])
+        dictionary = stem.with_name(stem.name + ".dict")
+        dictionary.write_text(dictionary_text(), encoding="utf-8")
+        written += [archive, dictionary]
+    return written
 
 
 def dictionary_text() -> str:
     """A libFuzzer dictionary: every marker, the think tags, and the id pieces."""
     entries = {
-        "section_begin": mk.SECTION_BEGIN, "section_end": mk.SECTION_END, "call_begin": mk.CALL_BEGIN,
-        "argument_begin": mk.ARGUMENT_BEGIN, "call_end": mk.CALL_END,
-        "section_begin_singular": mk.SECTION_BEGIN_SINGULAR, "section_end_singular": mk.SECTION_END_SINGULAR,
-        "think_begin": mk.THINK_BEGIN, "think_end": mk.THINK_END, "im_end": mk.IM_END,
-        "im_assistant": mk.IM_ASSISTANT, "im_middle": mk.IM_MIDDLE,
-        "functions_prefix": "functions.", "index_0": ":0", "index_1": ":1",
-        "marker_head": "<|", "marker_tail": "|>", "json_open": '{"', "json_string_end": '"}',
+        "section_begin": mk.SECTION_BEGIN,
+        "section_end": mk.SECTION_END,
+        "call_begin": mk.CALL_BEGIN,
+        "argument_begin": mk.ARGUMENT_BEGIN,
+        "call_end": mk.CALL_END,
+        "section_begin_singular": mk.SECTION_BEGIN_SINGULAR,
+        "section_end_singular": mk.SECTION_END_SINGULAR,
+        "think_begin": mk.THINK_BEGIN,
+        "think_end": mk.THINK_END,
+        "im_end": mk.IM_END,
+        "im_assistant": mk.IM_ASSISTANT,
+        "im_middle": mk.IM_MIDDLE,
+        "functions_prefix": "functions.",
+        "index_0": ":0",
+        "index_1": ":1",
+        "marker_head": "<|",
+        "marker_tail": "|>",
+        "json_open": '{"',
+        "json_string_end": '"}',
         "escaped_quote": '\\"',
     }
-    lines = ["# Kimi K2 tool-call markers for libFuzzer (-dict=fuzz/kimi_k2.dict).",
-             "# Written by k2conform.fuzzing.seeds.dictionary_text() (tests check the two agree)."]
+    lines = [
+        "# Kimi K2 tool-call markers for libFuzzer (-dict=fuzz/kimi_k2.dict).",
+        "# Written by k2conform.fuzzing.seeds.dictionary_text() (tests check the two agree).",
+    ]
     for key, value in entries.items():
         escaped = value.replace("\\", "\\\\").replace('"', '\\"')
         lines.append(f'{key}="{escaped}"')

@@ -20,16 +20,16 @@ from k2conform.model import Result
 
 #: Every kind, in the order a signature lists them.
 KINDS: tuple[str, ...] = (
-    "crash",            # the parser raised (a finding, never a fuzzer crash)
-    "timeout",          # the parser did not return within the per-input deadline
-    "dropped-call",     # fewer calls than expected
-    "extra-call",       # more calls than expected
-    "wrong-name",       # same number of calls, a name differs
+    "crash",  # the parser raised (a finding, never a fuzzer crash)
+    "timeout",  # the parser did not return within the per-input deadline
+    "dropped-call",  # fewer calls than expected
+    "extra-call",  # more calls than expected
+    "wrong-name",  # same number of calls, a name differs
     "wrong-arguments",  # same number of calls, arguments differ (JSON-equal, else byte-equal)
-    "leaked-marker",    # marker bytes in content or reasoning that the expectation does not have
-    "content-drift",    # content differs otherwise (implied by leaked-marker, so not listed with it)
+    "leaked-marker",  # marker bytes in content or reasoning that the expectation does not have
+    "content-drift",  # content differs otherwise (implied by leaked-marker, so not listed with it)
     "reasoning-drift",  # reasoning differs otherwise
-    "broken-stream",    # the stream broke a client invariant (id/name resent, index gap)
+    "broken-stream",  # the stream broke a client invariant (id/name resent, index gap)
 )
 
 
@@ -81,7 +81,8 @@ def primary(kinds: Sequence[str]) -> str:
 
 
 def components(sig: str) -> list[str]:
-    """``vllm:dropped-call|sglang:leaked-marker`` → ``["vllm:dropped-call", "sglang:leaked-marker"]``."""
+    """``vllm:dropped-call|sglang:leaked-marker`` → ``["vllm:dropped-call",
+    "sglang:leaked-marker"]``."""
     return [part for part in sig.split("|") if part]
 
 
@@ -92,12 +93,15 @@ def matches(target: str, observed: str) -> bool:
     return bool(want) and all(got.get(name) == kinds for name, kinds in want.items())
 
 
-def signature(kinds_by_adapter: Mapping[str, Sequence[str]], order: Iterable[str] | None = None) -> str:
+def signature(
+    kinds_by_adapter: Mapping[str, Sequence[str]], order: Iterable[str] | None = None
+) -> str:
     """``adapter:kind|adapter:kind`` over the adapters that disagree ("" when none does),
     each with its :func:`primary` kind."""
     names = list(order) if order is not None else list(kinds_by_adapter)
-    return "|".join(f"{name}:{primary(kinds_by_adapter[name])}" for name in names
-                    if kinds_by_adapter.get(name))
+    return "|".join(
+        f"{name}:{primary(kinds_by_adapter[name])}" for name in names if kinds_by_adapter.get(name)
+    )
 
 
 def parse_signature(text: str) -> dict[str, tuple[str, ...]]:

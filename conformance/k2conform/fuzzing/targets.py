@@ -5,43 +5,52 @@ Run one as ``python fuzz/fuzz_NAME.py [options] [libFuzzer flags] [corpus dirs]`
 Options (before the libFuzzer flags): ``--adapter A`` (repeatable; default every available
 adapter but the reference), ``--delivery M`` (repeatable; default ``whole`` and
 ``stream-token``), ``--findings DIR`` (default ``fuzz/findings``), ``--deadline S``
-(seconds per parse before it is a timeout finding).
+(seconds per parse before it is a timeout finding), ``--instrument parsers|reference``.
+The environment variables ``K2FUZZ_ADAPTERS``, ``K2FUZZ_DELIVERY`` (comma-separated),
+``K2FUZZ_FINDINGS`` and ``K2FUZZ_INSTRUMENT`` stand in for them where a fuzzing service
+runs the target with libFuzzer flags only (docs/fuzzing.md).
 
-Only what coverage is wanted for is instrumented: the reference parser, and vLLM's and
-SGLang's ``kimi_k2`` modules, imported inside ``atheris.instrument_imports`` (their heavy
-dependencies, torch included, are imported before, uninstrumented).
+Only what libFuzzer should steer by is instrumented (:mod:`k2conform.fuzzing.instrument`):
+the reference parser and, by default, the files every adapter under test declares as its
+parser's (vLLM's and SGLang's Kimi modules and the engine code they run through);
+``--instrument reference`` leaves the parsers out.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import logging
 import os
 import sys
+import time
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-INSTRUMENTED_MODULES: tuple[str, ...] = (
-    "vllm.tool_parsers.kimi_k2_tool_parser",
-    "vllm.reasoning.kimi_k2_reasoning_parser",
-    "vllm.parser.kimi_k2",
-    "sglang.srt.function_call.kimik2_detector",
-    "sglang.srt.function_call.base_format_detector",
-    "sglang.srt.parser.reasoning_parser",
-)
-#: Imported first, uninstrumented: what the parsers need around them.
-HEAVY_MODULES: tuple[str, ...] = (
-    "torch", "transformers", "pydantic", "vllm", "vllm.entrypoints.openai.chat_completion.protocol",
-    "sglang", "sglang.srt.entrypoints.openai.protocol",
-)
+from k2conform.fuzzing.instrument import INSTRUMENT_CHOICES
+
 TARGETS = ("reference", "differential", "roundtrip")
+#: The targets whose input is the envelope (:mod:`k2conform.fuzzing.envelope`), so the seed
+#: corpus and the marker dictionary apply; the roundtrip target reads structured bytes.
+ENVELOPE_TARGETS = ("reference", "differential")
+#: libFuzzer's ``-max_len`` per target (``k2conform fuzz``, ``bench``, the services' .options).
+#: 2 KB holds several calls; a 4 KB limit halved the reference target's speed and, in a
+#: minute from the seed corpus, reached no more coverage (cov 284 either way).
+MAX_LEN = {"reference": 2048, "differential": 2048, "roundtrip": 2048}
 MAX_TEXT = 8192
 
 
+def libfuzzer_timeout(deadline: float) -> int:
+    """libFuzzer's ``-timeout``: well past the per-parse deadline, which files a hang as a
+    ``timeout`` finding; libFuzzer's own only catches k2conform stuck outside a parse."""
+    return int(max(60, deadline * 8))
+
+
 def default_fuzz_dir() -> Path:
-    """``fuzz/`` of this checkout, else ``./k2conform-fuzz`` (an installed package's copy is read-only)."""
+    """``fuzz/`` of this checkout, else ``./k2conform-fuzz`` (an installed package's copy is
+    read-only)."""
     from k2conform.resources import checkout_root
 
     root = checkout_root()
@@ -55,11 +64,23 @@ def own_options(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--delivery", action="append")
     parser.add_argument("--findings", type=Path)
     parser.add_argument("--deadline", type=float, default=10.0)
+    parser.add_argument("--instrument", choices=INSTRUMENT_CHOICES)
     options, rest = parser.parse_known_args(list(argv[1:]))
     env = os.environ
-    options.adapter = options.adapter or (env["K2FUZZ_ADAPTERS"].split(",") if env.get("K2FUZZ_ADAPTERS") else None)
-    options.delivery = options.delivery or (env["K2FUZZ_DELIVERY"].split(",") if env.get("K2FUZZ_DELIVERY") else None)
-    options.findings = options.findings or Path(env.get("K2FUZZ_FINDINGS") or default_fuzz_dir() / "findings")
+    options.instrument = options.instrument or env.get("K2FUZZ_INSTRUMENT") or INSTRUMENT_CHOICES[0]
+    if options.instrument not in INSTRUMENT_CHOICES:
+        raise SystemExit(
+            f"K2FUZZ_INSTRUMENT={options.instrument!r}: one of {', '.join(INSTRUMENT_CHOICES)}"
+        )
+    options.adapter = options.adapter or (
+        env["K2FUZZ_ADAPTERS"].split(",") if env.get("K2FUZZ_ADAPTERS") else None
+    )
+    options.delivery = options.delivery or (
+        env["K2FUZZ_DELIVERY"].split(",") if env.get("K2FUZZ_DELIVERY") else None
+    )
+    options.findings = options.findings or Path(
+        env.get("K2FUZZ_FINDINGS") or default_fuzz_dir() / "findings"
+    )
     return options, [argv[0], *rest]
 
 
@@ -87,7 +108,9 @@ def reference_target() -> Callable[[bytes], None]:
     from k2conform.judge.stream import assemble
 
     def check_valid(result: Result) -> None:
-        assert isinstance(result, Result) and result.outcome == "ok" and result.error is None, result
+        assert isinstance(result, Result) and result.outcome == "ok" and result.error is None, (
+            result
+        )
         for text in (result.content, result.reasoning):
             assert text is None or (isinstance(text, str) and text != ""), result
         for call in result.tool_calls:
@@ -147,20 +170,36 @@ def differential_target(engine: Any, modes: Sequence[str], store: Any) -> Callab
 _LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 _NAME_TAIL = _LETTERS + "_0123456789"
 _NON_ASCII = "éüßçñøåжщкπλ天气查询ツール"
-_MARKER_TEXTS = ("<|tool_call_end|>", "<|tool_calls_section_end|>", "<|tool_call_begin|>",
-                 "<|tool_call_argument_begin|>", "<|tool_calls_section_begin|>", "</think>", "<|im_end|>")
+#: Marker texts a string argument may quote.  Not ``<|im_end|>``: generation stops at the
+#: end-of-turn token, so no model output carries it inside arguments (every parser is handed
+#: the output up to it).
+_MARKER_TEXTS = (
+    "<|tool_call_end|>",
+    "<|tool_calls_section_end|>",
+    "<|tool_call_begin|>",
+    "<|tool_call_argument_begin|>",
+    "<|tool_calls_section_begin|>",
+    "</think>",
+)
 
 
 def _word(fdp: Any, alphabet: str, low: int, high: int) -> str:
-    return "".join(alphabet[fdp.ConsumeIntInRange(0, len(alphabet) - 1)] for _ in range(fdp.ConsumeIntInRange(low, high)))
+    return "".join(
+        alphabet[fdp.ConsumeIntInRange(0, len(alphabet) - 1)]
+        for _ in range(fdp.ConsumeIntInRange(low, high))
+    )
 
 
 def fuzz_name(fdp: Any) -> str:
     """A function name: plain, dotted, hyphenated or non-ASCII (one to three segments)."""
     style = fdp.ConsumeIntInRange(0, 3)
     alphabet = _NAME_TAIL + ("-" if style in (2, 3) else "") + (_NON_ASCII if style == 3 else "")
-    segments = fdp.ConsumeIntInRange(2, 3) if style == 1 or (style == 3 and fdp.ConsumeBool()) else 1
-    return ".".join(_word(fdp, _LETTERS + "_", 1, 1) + _word(fdp, alphabet, 0, 10) for _ in range(segments))
+    segments = (
+        fdp.ConsumeIntInRange(2, 3) if style == 1 or (style == 3 and fdp.ConsumeBool()) else 1
+    )
+    return ".".join(
+        _word(fdp, _LETTERS + "_", 1, 1) + _word(fdp, alphabet, 0, 10) for _ in range(segments)
+    )
 
 
 def fuzz_string(fdp: Any) -> str:
@@ -188,7 +227,9 @@ def fuzz_value(fdp: Any, depth: int = 0) -> Any:
 
 
 def fuzz_object(fdp: Any, depth: int = 0) -> dict[str, Any]:
-    return {fuzz_string(fdp) or "k": fuzz_value(fdp, depth) for _ in range(fdp.ConsumeIntInRange(0, 4))}
+    return {
+        fuzz_string(fdp) or "k": fuzz_value(fdp, depth) for _ in range(fdp.ConsumeIntInRange(0, 4))
+    }
 
 
 def roundtrip_input(data: bytes) -> tuple[Any, str, Any]:
@@ -212,11 +253,21 @@ def roundtrip_input(data: bytes) -> tuple[Any, str, Any]:
     reasoning = None
     prefix = content or ""
     if thinking:
-        reasoning = fdp.ConsumeUnicodeNoSurrogates(fdp.ConsumeIntInRange(1, 24)).replace("<", "") or "hmm"
+        reasoning = (
+            fdp.ConsumeUnicodeNoSurrogates(fdp.ConsumeIntInRange(1, 24)).replace("<", "") or "hmm"
+        )
         prefix = reasoning + "</think>" + prefix
-    tools = tuple({"type": "function", "function": {"name": n, "description": f"Tool {n}",
-                                                    "parameters": {"type": "object", "properties": {}}}}
-                  for n in names)
+    tools = tuple(
+        {
+            "type": "function",
+            "function": {
+                "name": n,
+                "description": f"Tool {n}",
+                "parameters": {"type": "object", "properties": {}},
+            },
+        }
+        for n in names
+    )
     request = Request(tools=tools, thinking=thinking)
     expected = Result(content=content, reasoning=reasoning, tool_calls=tuple(calls))
     return request, prefix + render_tool_calls(rendered), expected
@@ -233,9 +284,14 @@ def roundtrip_target(engine: Any, modes: Sequence[str], store: Any) -> Callable[
         assert not diffs, (text, request.to_json(), [d.to_json() for d in diffs])
         for delivery in engine.deliveries(text, "stream-char"):
             streamed = engine.run(engine.reference, request, delivery)
-            assert streamed.outcome == "ok" and not compare_results(expected, streamed), (text, streamed)
+            assert streamed.outcome == "ok" and not compare_results(expected, streamed), (
+                text,
+                streamed,
+            )
         for mode in modes:
-            observation = engine.observe(request, text, mode, None, expected=expected, check_reference_stream=False)
+            observation = engine.observe(
+                request, text, mode, None, expected=expected, check_reference_stream=False
+            )
             if observation.signature:
                 store.record(request, text, observation)
         store.tick()
@@ -247,19 +303,15 @@ def roundtrip_target(engine: Any, modes: Sequence[str], store: Any) -> Callable[
 
 
 def _load_engine(atheris: Any, options: argparse.Namespace) -> Any:
-    import importlib
-
-    for name in HEAVY_MODULES:
-        try:
-            importlib.import_module(name)
-        except Exception:  # noqa: BLE001 - absent parsers are reported as unavailable later
-            pass
+    """The engine with its adapters loaded, then the parsers' declared files instrumented."""
     from k2conform.fuzzing.engine import Engine
+    from k2conform.fuzzing.instrument import instrument_adapters
 
-    with atheris.instrument_imports(include=list(INSTRUMENTED_MODULES)):
-        engine = Engine(options.adapter, deadline=options.deadline)
+    engine = Engine(options.adapter, deadline=options.deadline)
     for name, reason in engine.skipped.items():
         print(f"[k2conform fuzz] {name} unavailable: {reason}", file=sys.stderr)
+    under_test = engine.adapters if options.instrument == "parsers" else []
+    instrument_adapters([engine.reference, *under_test], atheris)
     return engine
 
 
@@ -270,12 +322,14 @@ def main(name: str, argv: Sequence[str] | None = None) -> None:
         raise SystemExit(f"unknown fuzz target {name!r} (known: {', '.join(TARGETS)})")
     options, rest = own_options(list(sys.argv if argv is None else argv))
     silence()
-    with atheris.instrument_imports(include=["k2conform.reference"]):
-        import k2conform.reference.parser  # noqa: F401 - instrumented for coverage
     from k2conform.fuzzing.mutator import custom_crossover, custom_mutator
 
     kwargs: dict[str, Any] = {}
     if name == "reference":
+        from k2conform.adapter.registry import create_adapter
+        from k2conform.fuzzing.instrument import instrument_adapters
+
+        instrument_adapters([create_adapter("reference")], atheris)
         test_one_input = reference_target()
         kwargs = {"custom_mutator": custom_mutator, "custom_crossover": custom_crossover}
     else:
@@ -287,19 +341,36 @@ def main(name: str, argv: Sequence[str] | None = None) -> None:
             raise SystemExit(f"unknown delivery mode(s) {unknown} (known: {', '.join(FUZZ_MODES)})")
         engine = _load_engine(atheris, options)
         store = FindingStore(options.findings, name)
-        print(f"[k2conform fuzz] {name}: adapters {', '.join(engine.names) or '(none)'}; deliveries "
-              f"{', '.join(modes)}; findings in {options.findings}", file=sys.stderr, flush=True)
+        print(
+            f"[k2conform fuzz] {name}: adapters {', '.join(engine.names) or '(none)'}; deliveries "
+            f"{', '.join(modes)}; findings in {options.findings}",
+            file=sys.stderr,
+            flush=True,
+        )
         if name == "differential":
             test_one_input = differential_target(engine, modes, store)
             kwargs = {"custom_mutator": custom_mutator, "custom_crossover": custom_crossover}
         else:
             test_one_input = roundtrip_target(engine, modes, store)
+    # What is loaded now stays: a full collection would walk torch's, vLLM's and SGLang's
+    # ~630,000 objects (0.4 s) every time the fuzzed parsers' garbage triggers one.
+    gc.collect()
+    gc.freeze()
+    # Importing the parsers costs more CPU than minutes of fuzzing: bench subtracts this.
+    print(
+        f"[k2conform fuzz] {name}: ready after {time.process_time():.2f} CPU seconds",
+        file=sys.stderr,
+        flush=True,
+    )
     atheris.Setup(rest, test_one_input, **kwargs)
     atheris.Fuzz()
 
 
 if __name__ == "__main__":
     if len(sys.argv) < 2:
-        raise SystemExit(f"usage: python -m k2conform.fuzzing.targets {{{','.join(TARGETS)}}} [options] [libFuzzer flags] [corpus dirs]")
+        raise SystemExit(
+            f"usage: python -m k2conform.fuzzing.targets {{{','.join(TARGETS)}}} [options] "
+            "[libFuzzer flags] [corpus dirs]"
+        )
     target_name = sys.argv.pop(1)
     main(target_name)

@@ -1,0 +1,166 @@
+"""``k2conform bench --fuzz-seconds N``: the atheris targets' executions per second, side by side.
+
+Every run starts at the same moment from the same seed corpus (built from ``corpus/``), with the
+libFuzzer flags ``k2conform fuzz`` uses, so all of them meet the same load and their ratios hold;
+the absolute figures come with the load average around them.  Besides libFuzzer's exec/s each
+row has the CPU seconds the process used (exec per CPU second moves far less with the load than
+exec per wall second) and libFuzzer's final ``cov``/``ft``.  The differential target runs twice:
+with the parsers under test instrumented (how it fuzzes) and with only the reference
+(``--instrument reference``), which prices the parsers' instrumentation and shows what it adds
+to libFuzzer's coverage.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import resource
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Sequence
+
+from k2conform.resources import bundled
+
+#: (target, its own options) of each run, in the order they are reported.
+FUZZ_RUNS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("reference", ()),
+    ("differential", ()),
+    ("differential", ("--instrument", "reference")),
+    ("roundtrip", ()),
+)
+#: Past the bounded run: importing vLLM and SGLang takes a minute on a loaded machine.
+STARTUP_ALLOWANCE = 600
+_COVERAGE = re.compile(r"cov: (\d+) ft: (\d+)")
+
+
+def fuzz_command(
+    target: str, options: Sequence[str], seconds: int, work: Path, seeds: Path
+) -> list[str]:
+    """The target script with the flags ``k2conform fuzz`` gives it; new inputs and findings go
+    to ``work``."""
+    from k2conform.fuzzing.targets import ENVELOPE_TARGETS, MAX_LEN
+
+    fuzz_dir = bundled("fuzz")
+    command = [
+        sys.executable,
+        str(fuzz_dir / f"fuzz_{target}.py"),
+        "--findings",
+        str(work / "findings"),
+        *options,
+        f"-max_total_time={seconds}",
+        f"-max_len={MAX_LEN[target]}",
+        "-print_final_stats=1",
+        f"-artifact_prefix={work}/",
+        str(work),
+    ]
+    if target in ENVELOPE_TARGETS:
+        command += [f"-dict={fuzz_dir / 'kimi_k2.dict'}", str(seeds)]
+    return command
+
+
+def fuzz_speeds(
+    seconds: int, runs: Sequence[tuple[str, Sequence[str]]] = FUZZ_RUNS
+) -> dict[str, Any]:
+    """Every run at the same time; one row each (see :func:`fuzz_row`) and the load around them."""
+    from k2conform.fuzzing.seeds import build_seed_corpus
+
+    load_before = list(os.getloadavg())
+    with tempfile.TemporaryDirectory(prefix="k2conform-bench-fuzz-") as tmp:
+        seeds = Path(tmp) / "seeds"
+        build_seed_corpus(seeds)
+        started = []
+        for k, (target, options) in enumerate(runs):
+            work = Path(tmp) / f"run-{k}"
+            work.mkdir()
+            log = (work / "libfuzzer.log").open("w", encoding="utf-8", errors="replace")
+            command = fuzz_command(target, options, seconds, work, seeds)
+            started.append(
+                (
+                    target,
+                    options,
+                    log,
+                    subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=work),
+                )
+            )
+        rows = []
+        for (
+            target,
+            options,
+            log,
+            process,
+        ) in started:  # reaped in order: the CPU deltas are each one's
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            try:
+                process.wait(timeout=seconds + STARTUP_ALLOWANCE)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            log.close()
+            cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+            output = Path(log.name).read_text(encoding="utf-8", errors="replace")
+            rows.append(fuzz_row(target, options, seconds, process.returncode, output, cpu))
+    return {
+        "targets": rows,
+        "concurrent": True,
+        "loadavg": {"before": load_before, "after": list(os.getloadavg())},
+        "note": f"{len(rows)} runs at the same time on {os.cpu_count()} cores",
+    }
+
+
+def fuzz_row(
+    target: str,
+    options: Sequence[str],
+    seconds: int,
+    returncode: int,
+    output: str,
+    cpu_seconds: float,
+) -> dict[str, Any]:
+    """One run's figures from libFuzzer's output: exec/s and executions (its final stats), the
+    last ``cov``/``ft``, and executions per CPU second of fuzzing (the CPU the target says it
+    spent before fuzzing, importing the parsers, left out); ``error`` when it never got going."""
+    runs = re.findall(r"stat::number_of_executed_units:\s*(\d+)", output)
+    speeds = re.findall(r"exec/s:\s*(\d+)", output)
+    ready = re.findall(r"ready after ([\d.]+) CPU seconds", output)
+    label = " ".join([target, *options])
+    if not runs:
+        return {
+            "target": target,
+            "run": label,
+            "error": f"exit {returncode}: {output.strip()[-300:]}",
+        }
+    fuzzing = cpu_seconds - (float(ready[-1]) if ready else 0.0)  # without the imports
+    row: dict[str, Any] = {
+        "target": target,
+        "run": label,
+        "seconds": seconds,
+        "executions": int(runs[-1]),
+        "exec_per_s": int(speeds[-1]) if speeds else None,
+        "cpu_seconds": round(fuzzing, 2),
+        "exec_per_cpu_s": round(int(runs[-1]) / fuzzing) if fuzzing > 0 else None,
+    }
+    coverage = _COVERAGE.findall(output)
+    if coverage:
+        row["cov"], row["ft"] = (int(n) for n in coverage[-1])
+    return row
+
+
+def fuzz_lines(fuzz: dict[str, Any]) -> list[str]:
+    """The bench table's lines for the fuzz runs."""
+    load = fuzz.get("loadavg") or {}
+    lines = [
+        f"fuzz: {fuzz['note']}"
+        + (f"; load average {load['before'][0]:.1f} -> {load['after'][0]:.1f}" if load else "")
+    ]
+    for row in fuzz["targets"]:
+        if "error" in row:
+            lines.append(f"  {row['run']:<36} error: {row['error']}")
+            continue
+        coverage = f", cov {row['cov']} ft {row['ft']}" if "cov" in row else ""
+        lines.append(
+            f"  {row['run']:<36} {row['exec_per_s']} exec/s ({row['executions']} runs in "
+            f"{row['seconds']} s; {row['exec_per_cpu_s']} per CPU second){coverage}"
+        )
+    return lines

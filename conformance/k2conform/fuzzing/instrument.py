@@ -1,0 +1,110 @@
+"""Coverage instrumentation of exactly the parser code under test, for libFuzzer's feedback.
+
+``atheris.instrument_imports`` instruments by top-level package and only what is imported
+inside it: it either misses a parser module that an earlier import already loaded, or takes
+every other model's parser along (119 modules of vLLM and SGLang when the adapters load).
+Here the modules are the files each adapter declares for ``k2conform coverage``
+(``coverage_files`` and ``coverage_shared_files``), imported normally and then patched in
+place, function by function, so import order does not matter and nothing else is counted.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import sys
+import types
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+#: ``--instrument`` choices: the parsers under test and the reference, or the reference only
+#: (libFuzzer then steers by k2conform's code alone; for comparison and raw speed).
+INSTRUMENT_CHOICES = ("parsers", "reference")
+
+
+def module_name(path: str) -> str:
+    """``vllm/parser/kimi_k2.py`` -> ``vllm.parser.kimi_k2``."""
+    return path.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+
+
+def declared_modules(adapters: Iterable[Any]) -> list[str]:
+    """The modules of every file the adapters declare as their parser's, in order, once each."""
+    names: dict[str, None] = {}
+    for adapter in adapters:
+        for path in (*adapter.coverage_files, *adapter.coverage_shared_files):
+            names.setdefault(module_name(path))
+    return list(names)
+
+
+def _functions(
+    namespace: Any, module: types.ModuleType, seen: set[int]
+) -> Iterator[types.FunctionType]:
+    """Every Python function defined in ``module`` reachable from its namespace or a class of
+    it: plain functions, methods, static and class methods, property accessors, the function
+    under a decorator (``__wrapped__``), and those of nested classes."""
+    for value in list(vars(namespace).values()):
+        if id(value) in seen:
+            continue
+        seen.add(id(value))
+        if isinstance(value, type):
+            if value.__module__ == module.__name__:
+                yield from _functions(value, module, seen)
+            continue
+        for candidate in _unwrapped(value):
+            if _defined_in(candidate, module):
+                yield candidate
+
+
+def _defined_in(candidate: Any, module: types.ModuleType) -> bool:
+    """A function compiled from the module's own source.  By the path the code was compiled
+    under, which ends with the module's name (a PyInstaller bundle, as OSS-Fuzz builds, compiles
+    ``vllm/parser/kimi_k2.py`` relative, not under ``__file__``); so neither generated code
+    (a dataclass's ``__init__``, from ``<string>``) nor a decorator's wrapper from elsewhere."""
+    if not isinstance(candidate, types.FunctionType):
+        return False
+    compiled = candidate.__code__.co_filename.removesuffix(".py").removesuffix("/__init__")
+    own = module.__name__.replace(".", "/")
+    return compiled == own or compiled.endswith("/" + own)
+
+
+def _unwrapped(value: Any) -> Iterator[Any]:
+    """The functions a namespace entry holds: itself, or a descriptor's, down a decorator chain
+    (only through ``__wrapped__`` in the object's own ``__dict__``: no lazy attribute runs)."""
+    if isinstance(value, (staticmethod, classmethod)):
+        value = value.__func__
+    if isinstance(value, property):
+        yield from (f for f in (value.fget, value.fset, value.fdel) if f is not None)
+        return
+    if isinstance(value, functools.cached_property):
+        value = value.func
+    for _ in range(8):  # a decorator chain, never endless
+        yield value
+        value = getattr(value, "__dict__", {}).get("__wrapped__")
+        if value is None:
+            return
+
+
+def instrument_modules(names: Iterable[str], atheris: Any) -> dict[str, int]:
+    """Import each module and patch every function defined in it with atheris's branch and
+    comparison tracing; returns the number of functions per module (0: nothing to patch)."""
+    counts = {}
+    for name in names:
+        module = importlib.import_module(name)
+        functions = list(_functions(module, module, set()))
+        for function in functions:
+            function.__code__ = atheris.patch_code(function.__code__, trace_dataflow=True)
+        counts[name] = len(functions)
+    return counts
+
+
+def instrument_adapters(adapters: Iterable[Any], atheris: Any) -> dict[str, int]:
+    """Instrument the files the adapters declare; one stderr line says what ``cov:`` counts."""
+    counts = instrument_modules(declared_modules(adapters), atheris)
+    modules = ", ".join(f"{name} ({count})" for name, count in counts.items())
+    print(
+        f"[k2conform fuzz] instrumented {sum(counts.values())} functions in {len(counts)} modules: "
+        f"{modules}",
+        file=sys.stderr,
+        flush=True,
+    )
+    return counts

@@ -1,0 +1,259 @@
+"""One engine's grammar check, run in that engine's environment (its pinned xgrammar): each
+case through the grammar the engine builds for its request (and, when the grammar accepts a
+malformed output, through the engine's parser), then seeded walks of every required/named
+grammar through the same parser.  Every outcome is a ``grammar`` cell of a results document.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from k2conform import markers as mk
+from k2conform.adapter.harness import guarded
+from k2conform.adapter.registry import create_adapter, load
+from k2conform.case.corpus import CompletionCase, Expectation
+from k2conform.delivery import modes as dl
+from k2conform.grammar.walk import CompiledTag, xgrammar_version
+from k2conform.model import SEVERITY, Cell, CellOutcome, FieldDiff, Result, ToolCall
+from k2conform.run.cell import CellSettings, run_cell
+from k2conform.run.results import adapter_row, case_summary
+
+GRAMMAR = dl.GRAMMAR_MODE
+#: How a grammar-admitted output reaches the parser: what an engine sends, one-shot and per token.
+PARSE_MODES = ("whole", "stream-token")
+SAMPLE_CLASS = "GRAMMAR.sample"
+#: A well-formed output the request does not allow (no call under required, another tool or a
+#: second call under a named one, a strict schema broken): the grammar must reject it.
+OUTSIDE_REQUEST = "GRAMMAR.outside-request"
+FUNCTION_PREFIX = "functions."
+_SAMPLE_ID = re.compile(r"y_sample_[\w-]+?_\d+_of_([yni]_.+)")
+
+
+@dataclass(frozen=True)
+class Job:
+    """What the parent sends an engine's worker: the engine (an adapter name), the cases, and
+    how many walks of each grammar to draw from which seed."""
+
+    engine: str
+    cases: tuple[CompletionCase, ...]
+    seed: int
+    samples: int
+    settings: CellSettings = field(default_factory=CellSettings)
+
+
+def run_job(job: Job) -> dict[str, Any]:
+    """The engine's cells, the drawn samples (as cases) and its adapter row, as JSON."""
+    adapter = create_adapter(job.engine, job.settings.deadline)
+    availability = load(adapter)
+    row = adapter_row(adapter, (availability.status, availability.reason))
+    if availability.status != "ok":
+        cells = [
+            Cell.failed(c.id, adapter.name, GRAMMAR, availability.status, availability.reason)
+            for c in job.cases
+        ]
+        return _document(row, [], cells)
+    grammars: dict[str, CompiledTag | Result | None] = {}
+    cells, samples = [], []
+    for case in sorted(job.cases, key=_source_order):
+        key = json.dumps(case.request.to_json(), sort_keys=True)
+        first = key not in grammars
+        if first:
+            grammars[key] = _grammar(adapter, case)
+        cell = _case_cell(adapter, grammars[key], case, job.settings)
+        if cell is not None:
+            cells.append(cell)
+        grammar = grammars[key]
+        if first and isinstance(grammar, CompiledTag) and _sampled(case):
+            drawn = draw_samples(adapter.name, grammar, case, job.seed, job.samples)
+            samples.extend(drawn)
+            cells.extend(
+                parse_cell(adapter, sample, job.settings, _walk_facts(sample)) for sample in drawn
+            )
+    return _document(row, samples, cells)
+
+
+def _source_order(case: CompletionCase) -> tuple[int, bool, str]:
+    """Walks are named after the first case of their request in this order: ``y_`` cases the
+    request allows, then the others."""
+    return ("yni".index(case.verdict), OUTSIDE_REQUEST in case.tags, case.id)
+
+
+def _document(row: Any, samples: Sequence[CompletionCase], cells: Sequence[Cell]) -> dict[str, Any]:
+    return {
+        "adapter": row.to_json(),
+        "xgrammar": xgrammar_version(),
+        "samples": [case_summary(s) for s in samples],
+        "cells": [c.to_json() for c in cells],
+    }
+
+
+def _grammar(adapter: Any, case: CompletionCase) -> CompiledTag | Result | None:
+    """The engine's compiled grammar for the case's request; None: the engine does not constrain
+    it; a failed Result: building it crashed (the engine's code), its xgrammar could not compile
+    it, or the glue broke."""
+    spec = guarded(lambda: adapter.structural_tag(case.request))
+    if spec is None or isinstance(spec, Result):
+        return spec
+    try:
+        return CompiledTag(spec)
+    except Exception as error:  # noqa: BLE001 - the engine built a tag its xgrammar cannot compile
+        return Result.failed(
+            "crash", f"xgrammar {xgrammar_version()} cannot compile the tag: {error}", tag=spec
+        )
+
+
+def _constrained(case: CompletionCase) -> bool:
+    return case.request.tool_choice != "auto"
+
+
+def _sampled(case: CompletionCase) -> bool:
+    """Walks are drawn from required/named grammars without thinking: their language is calls
+    only, so the calls a walk wrote are its whole expectation."""
+    return _constrained(case) and not case.request.thinking
+
+
+def _case_cell(
+    adapter: Any, grammar: CompiledTag | Result | None, case: CompletionCase, settings: CellSettings
+) -> Cell | None:
+    """A case the engine constrains: a ``y_`` output must be accepted (rejected when tagged
+    :data:`OUTSIDE_REQUEST`); an ``n_`` output rejected, or parsed as the case expects; an
+    ``i_`` one is recorded.  None: an ``auto`` case the engine does not constrain, which the
+    grammar column has nothing to say about."""
+    if grammar is None:
+        if not _constrained(case):
+            return None
+        return Cell.failed(
+            case.id,
+            adapter.name,
+            GRAMMAR,
+            "unavailable",
+            f"{adapter.name} builds no grammar for this request",
+        )
+    if isinstance(grammar, Result):
+        return Cell(
+            case.id, adapter.name, GRAMMAR, CellOutcome(grammar.outcome.value), observed=grammar
+        )
+    if case.request.thinking:
+        return Cell.failed(
+            case.id,
+            adapter.name,
+            GRAMMAR,
+            "unavailable",
+            "thinking on: the engine applies the grammar only once its reasoning "
+            "parser ends the reasoning, which k2conform does not model",
+        )
+    rejection = grammar.rejection(dl.engine_output(case.model_output))
+    facts = {
+        "grammar": {
+            "accepted": rejection is None,
+            "rejection": rejection,
+            "xgrammar": xgrammar_version(),
+            "structural_tag": grammar.spec,
+        }
+    }
+    if case.verdict == "n" and rejection is None:
+        return parse_cell(adapter, case, settings, facts)
+    diffs: tuple[FieldDiff, ...] = ()
+    if case.verdict == "y" and (OUTSIDE_REQUEST in case.tags) == (rejection is None):
+        wanted = "rejected" if rejection is None else "accepted"
+        diffs = (FieldDiff("grammar", wanted, rejection or "accepted", "grammar"),)
+    outcome = (
+        CellOutcome.DIFFERS
+        if diffs
+        else CellOutcome.IMPL_DEFINED
+        if case.verdict == "i"
+        else CellOutcome.AGREE
+    )
+    return Cell(case.id, adapter.name, GRAMMAR, outcome, diffs, observed=Result(meta=facts))
+
+
+def parse_cell(
+    adapter: Any, case: CompletionCase, settings: CellSettings, facts: Mapping[str, Any]
+) -> Cell:
+    """The case through the engine's parser in :data:`PARSE_MODES`, judged as the matrix judges
+    them; the grammar cell reports the worst of the two (then the one differing in more fields),
+    with what the grammar check knows (``facts``) in its observed ``meta``."""
+    parsed = [run_cell(adapter, case, mode, settings) for mode in PARSE_MODES]
+    worst = min(parsed, key=lambda c: (SEVERITY.index(c.outcome), -len(c.fields)))
+    failing = tuple(c.delivery for c in parsed if not c.outcome.passing)
+    observed = worst.observed.with_meta(**facts) if worst.observed else None
+    return replace(
+        worst,
+        delivery=GRAMMAR,
+        variant=worst.delivery,
+        variants_differing=failing,
+        observed=observed,
+        seconds=sum(c.seconds for c in parsed),
+    )
+
+
+def _walk_facts(sample: CompletionCase) -> dict[str, Any]:
+    walk = sample.generator or {}
+    return {
+        "grammar": {
+            "xgrammar": xgrammar_version(),
+            "walk_seed": walk.get("seed"),
+            "draw": walk.get("draw"),
+        }
+    }
+
+
+def draw_samples(
+    engine: str, grammar: CompiledTag, source: CompletionCase, seed: int, count: int
+) -> list[CompletionCase]:
+    """``count`` walks of the grammar, from a seed of the run's seed, the engine and the case
+    whose request it is; each a ``y_`` case expecting the calls the walk wrote."""
+    walk_seed = dl.case_seed(seed, f"{engine}:{source.id}")
+    rng = random.Random(walk_seed)
+    samples = []
+    for draw in range(count):
+        text = grammar.sample(rng)
+        samples.append(
+            CompletionCase(
+                id=sample_id(engine, draw, source.id),
+                description=f"walk {draw} of {engine}'s grammar for the request of {source.id}",
+                tags=(SAMPLE_CLASS,),
+                source=f"k2conform grammar --seed {seed}: xgrammar {xgrammar_version()} walk "
+                f"seed {walk_seed}",
+                request=source.request,
+                model_output=text,
+                deltas=None,
+                expected=Expectation(None, None, generated_calls(text)),
+                generator={"class": SAMPLE_CLASS, "seed": walk_seed, "draw": draw},
+            )
+        )
+    return samples
+
+
+def sample_id(engine: str, draw: int, source: str) -> str:
+    return f"y_sample_{engine}_{draw}_of_{source}"
+
+
+def source_of(case_id: str) -> str:
+    """The corpus case a sample's grammar was built for (the case itself for a corpus case):
+    what ``k2conform grammar --case`` selects to draw the same walks again."""
+    found = _SAMPLE_ID.fullmatch(case_id)
+    return found.group(1) if found else case_id
+
+
+def generated_calls(text: str) -> tuple[ToolCall, ...]:
+    """The calls a walk of a required/named grammar wrote: ``SB (TB functions.NAME:N AB json
+    TE)+ SE``, the id verbatim, the arguments the JSON text exactly (read to the end of the
+    value, so marker text inside its strings stays in the arguments)."""
+    decoder = json.JSONDecoder()
+    calls = []
+    position = len(mk.SECTION_BEGIN)
+    while text.startswith(mk.CALL_BEGIN, position):
+        header_end = text.index(mk.ARGUMENT_BEGIN, position)
+        header = text[position + len(mk.CALL_BEGIN) : header_end]
+        start = header_end + len(mk.ARGUMENT_BEGIN)
+        _, end = decoder.raw_decode(text, start)
+        name = header[len(FUNCTION_PREFIX) : header.rindex(":")]
+        calls.append(ToolCall(name=name, arguments=text[start:end], id=header))
+        position = end + len(mk.CALL_END)
+    return tuple(calls)
