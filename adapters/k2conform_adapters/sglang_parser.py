@@ -21,6 +21,12 @@ What the server does (``sglang/srt/entrypoints/openai/serving_chat.py``):
 ``serving_chat`` itself does not import in the CPU closure (it pulls torchvision), so the
 three small server steps above that are not parser calls (id building, the history
 count, the unstreamed-arguments check) are re-stated here from that file's behaviour.
+Older releases (``GLUE``): before 0.5.21 ``FunctionCallParser`` takes no ``tool_choice`` and
+has no ``owns_tool_format`` (a ``required`` or named choice uses the native parser when its
+detector ``supports_structural_tag()``); before 0.5.18 there is no ``parse_stream_end`` and
+no ``tool_call_parser_active``; before 0.5.16 the unstreamed-arguments check removes the
+streamed part with ``str.replace`` from ``json.dumps`` of the recorded arguments.
+
 Thinking on: ``force_reasoning`` is what the server computes for a Kimi template without
 a reasoning config: the detector's ``reasoning_default="thinking"`` with
 ``chat_template_kwargs={"thinking": true}`` gives True.
@@ -28,21 +34,60 @@ a reasoning config: the detector's ``reasoning_default="thinking"`` with
 
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.util
 import json
-from typing import Any, Sequence
+import sys
+import types
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from k2conform.adapter.contract import (
-    glue_imports,
-    import_parser_package,
     Adapter,
     AdapterGlueError,
     call_parser,
+    glue_imports,
+    import_parser_package,
     require_api,
 )
+from k2conform.adapter.glue import build_chat_request, load_once
 from k2conform.model import Delta, Request, Result, StreamEvent, ToolCall, ToolCallDelta
 
-MODEL_NAME = "moonshotai/Kimi-K2-Instruct"
 PARSER = "kimi_k2"
+
+
+@dataclass(frozen=True)
+class ServingGlue:
+    """What one release's ``serving_chat`` does around the two parsers."""
+
+    stream_end: bool  #: ``parse_stream_end`` on the finishing delta, ``tool_call_parser_active``
+    owns_tool_format: bool  #: ``FunctionCallParser(..., tool_choice=)``, ``owns_tool_format()``
+    prefix_unstreamed: bool  #: the unstreamed rest is a suffix (else ``str.replace``)
+    #: ``sglang.srt.utils.common`` imports ``torchvision.io.decode_jpeg`` at module level
+    imports_torchvision: bool = False
+    #: the one-shot message's content when there is no text ("" from 0.5.14 on, else null)
+    no_content: str | None = ""
+
+
+#: The releases the glue was checked against, and what their server does.
+GLUE = {
+    "0.5.12": ServingGlue(
+        stream_end=False,
+        owns_tool_format=False,
+        prefix_unstreamed=False,
+        imports_torchvision=True,
+        no_content=None,
+    ),
+    "0.5.14": ServingGlue(
+        stream_end=False, owns_tool_format=False, prefix_unstreamed=False, imports_torchvision=True
+    ),
+    "0.5.16": ServingGlue(
+        stream_end=False, owns_tool_format=False, prefix_unstreamed=True, imports_torchvision=True
+    ),
+    "0.5.22": ServingGlue(stream_end=True, owns_tool_format=True, prefix_unstreamed=True),
+    "0.5.23": ServingGlue(stream_end=True, owns_tool_format=True, prefix_unstreamed=True),
+}
 
 
 class SglangAdapter(Adapter):
@@ -50,18 +95,25 @@ class SglangAdapter(Adapter):
 
     name = "sglang"
     package = "sglang"
-    supported_versions = ("0.5.22", "0.5.23")  # 0.5.22 checked: identical results on every cell
+    supported_versions = tuple(GLUE)  # 0.5.22 checked: identical results to 0.5.23 on every cell
+    _glue = GLUE[supported_versions[-1]]  #: the installed release's, set by ``load``
     description = "SGLang server: --tool-call-parser kimi_k2 [--reasoning-parser kimi_k2]"
-
-    def __init__(self) -> None:
-        self._loaded = False
+    coverage_files = ("sglang/srt/function_call/kimik2_detector.py",)
+    coverage_shared_files = (
+        "sglang/srt/function_call/base_format_detector.py",
+        "sglang/srt/function_call/function_call_parser.py",
+    )
 
     # --- glue ---------------------------------------------------------------------------
 
+    @load_once
     def load(self) -> None:
-        if self._loaded:
-            return
+        self._glue = GLUE.get(self.version() or "", self._glue)
+        if self._glue.imports_torchvision:
+            _stand_in_torchvision()
         sglang = import_parser_package("sglang")
+        self._version = sglang.__version__
+        ends = ("parse_stream_end",) if self._glue.stream_end else ()
         with glue_imports("sglang"):
             from sglang.srt.entrypoints.openai import protocol
             from sglang.srt.function_call import function_call_parser
@@ -70,38 +122,39 @@ class SglangAdapter(Adapter):
         require_api(function_call_parser, "FunctionCallParser", owner_name="function_call_parser")
         fcp = function_call_parser.FunctionCallParser
         require_api(
-            fcp, "has_tool_call", "parse_non_stream", "parse_stream_chunk", "parse_stream_end",
-            "owns_tool_format", "ToolCallParserEnum", owner_name="FunctionCallParser",
+            fcp,
+            "has_tool_call",
+            "parse_non_stream",
+            "parse_stream_chunk",
+            *ends,
+            *(("owns_tool_format",) if self._glue.owns_tool_format else ()),
+            "ToolCallParserEnum",
+            owner_name="FunctionCallParser",
         )
         if PARSER not in fcp.ToolCallParserEnum:
-            raise AdapterGlueError("FunctionCallParser.ToolCallParserEnum['kimi_k2']", "not registered")
+            raise AdapterGlueError(
+                "FunctionCallParser.ToolCallParserEnum['kimi_k2']", "not registered"
+            )
         require_api(reasoning_parser, "ReasoningParser", owner_name="reasoning_parser")
         rp = reasoning_parser.ReasoningParser
         require_api(
-            rp, "parse_non_stream", "parse_stream_chunk", "parse_stream_end", "DetectorMap",
+            rp,
+            "parse_non_stream",
+            "parse_stream_chunk",
+            *ends,
+            "DetectorMap",
             owner_name="ReasoningParser",
         )
         if PARSER not in rp.DetectorMap:
             raise AdapterGlueError("ReasoningParser.DetectorMap['kimi_k2']", "not registered")
         require_api(protocol, "ChatCompletionRequest", owner_name="openai.protocol")
 
-        self._version = sglang.__version__
         self._fcp_cls = fcp
         self._rp_cls = rp
         self._request_cls = protocol.ChatCompletionRequest
-        self._loaded = True
 
     def _chat_request(self, request: Request) -> Any:
-        try:
-            return self._request_cls(
-                model=MODEL_NAME,
-                messages=[{"role": "user", "content": "(conformance case)"}],
-                tools=[dict(t) for t in request.tools] or None,
-                tool_choice=request.tool_choice if request.tools else "none",
-                chat_template_kwargs={"thinking": request.thinking},
-            )
-        except Exception as exc:  # noqa: BLE001 - the request model rejected our glue
-            raise AdapterGlueError("ChatCompletionRequest", f"{type(exc).__name__}: {exc}") from exc
+        return build_chat_request(self._request_cls, request, choice_without_tools="none")
 
     @staticmethod
     def _tool_parsing_active(chat_request: Any) -> bool:
@@ -110,31 +163,73 @@ class SglangAdapter(Adapter):
 
     @staticmethod
     def _is_required(chat_request: Any) -> bool:
-        return chat_request.tool_choice == "required" or not isinstance(chat_request.tool_choice, str)
+        return chat_request.tool_choice == "required" or not isinstance(
+            chat_request.tool_choice, str
+        )
 
     def _reasoning_parser(self, chat_request: Any, *, stream: bool) -> Any:
+        active = (
+            {"tool_call_parser_active": self._tool_parsing_active(chat_request)}
+            if self._glue.stream_end
+            else {}
+        )
         return call_parser(
             self._rp_cls,
             model_type=PARSER,
             stream_reasoning=chat_request.stream_reasoning if stream else False,
             force_reasoning=True,  # thinking on: see the module docstring
             request=chat_request,
-            tool_call_parser_active=self._tool_parsing_active(chat_request),
+            **active,
         )
 
     def _tool_parser(self, chat_request: Any) -> Any:
-        parser = call_parser(
-            self._fcp_cls, chat_request.tools, PARSER, tool_choice=chat_request.tool_choice
-        )
-        if self._is_required(chat_request) and not call_parser(parser.owns_tool_format):
+        if self._glue.owns_tool_format:
+            parser = call_parser(
+                self._fcp_cls, chat_request.tools, PARSER, tool_choice=chat_request.tool_choice
+            )
+            native, check = parser.owns_tool_format, "owns_tool_format"
+        else:
+            parser = call_parser(self._fcp_cls, chat_request.tools, PARSER)
+            native = parser.detector.supports_structural_tag
+            check = "detector.supports_structural_tag"
+        if self._is_required(chat_request) and not call_parser(native):
             # The server would switch to its JSON-array parser here; not driven.
-            raise AdapterGlueError("FunctionCallParser.owns_tool_format", "False for kimi_k2")
+            raise AdapterGlueError(f"FunctionCallParser.{check}", "False for kimi_k2")
         return parser
 
     @staticmethod
     def _tool_call_id(name: str, tool_index: int, history_count: int = 0) -> str:
         """``_process_tool_call_id`` for kimi_k2 (history_count: calls in earlier turns; 0)."""
         return f"functions.{name}:{history_count + tool_index}"
+
+    def structural_tag(self, request: Request) -> str | None:
+        """The structural tag the server compiles for this request, for ``k2conform grammar``:
+        ``get_structure_constraint`` as ``serving_chat`` calls it (thinking_mode False: the
+        reasoning parser owns the think block), dumped as ``to_sampling_params`` does and
+        sanitised as its xgrammar backend does; None when decoding is not constrained."""
+        self.load()
+        chat_request = self._chat_request(request)
+        if not self._tool_parsing_active(chat_request):
+            return None
+        parser = call_parser(self._fcp_cls, chat_request.tools, PARSER)
+        constraint = call_parser(
+            parser.get_structure_constraint,
+            chat_request.tool_choice,
+            parallel_tool_calls=chat_request.parallel_tool_calls,
+            thinking_mode=False,
+        )
+        if constraint is None:
+            return None
+        if constraint[0] != "structural_tag":
+            raise AdapterGlueError(
+                "FunctionCallParser.get_structure_constraint",
+                f"gave a {constraint[0]} constraint, not a structural tag",
+            )
+        with glue_imports("sglang"):
+            from sglang.srt.constrained.xgrammar_backend import XGrammarGrammarBackend
+        tag = constraint[1].model_dump(by_alias=True)
+        XGrammarGrammarBackend._sanitize_structural_format(tag.get("format"))
+        return json.dumps(tag)
 
     # --- the two parse modes --------------------------------------------------------------
 
@@ -162,7 +257,7 @@ class SglangAdapter(Adapter):
                     for item in items
                 )
         return Result(
-            content=text if text else "",  # the server sends "" rather than null
+            content=text if text else self._glue.no_content,  # 0.5.14 on: "", not null
             reasoning=reasoning if reasoning else None,
             tool_calls=calls,
             meta={"version": self._version},
@@ -174,7 +269,9 @@ class SglangAdapter(Adapter):
         chat_request = self._chat_request(request)
         use_reasoning = request.thinking and chat_request.separate_reasoning
         tools_active = self._tool_parsing_active(chat_request)
-        reasoning_parser = self._reasoning_parser(chat_request, stream=True) if use_reasoning else None
+        reasoning_parser = (
+            self._reasoning_parser(chat_request, stream=True) if use_reasoning else None
+        )
         tool_parser = self._tool_parser(chat_request) if tools_active else None
         steps = list(deltas) or [Delta("")]
         events: list[StreamEvent] = []
@@ -183,7 +280,7 @@ class SglangAdapter(Adapter):
             text = delta.text
             if reasoning_parser is not None:
                 reasoning, text = call_parser(reasoning_parser.parse_stream_chunk, text)
-                if finished:
+                if finished and self._glue.stream_end:
                     end_reasoning, end_text = call_parser(reasoning_parser.parse_stream_end)
                     if end_reasoning:
                         reasoning = (reasoning or "") + end_reasoning
@@ -196,7 +293,7 @@ class SglangAdapter(Adapter):
                     events.append(StreamEvent(content=text))
                 continue
             normal, items = call_parser(tool_parser.parse_stream_chunk, text)
-            if finished:
+            if finished and self._glue.stream_end:
                 end_text, end_items = call_parser(tool_parser.parse_stream_end)
                 normal = (normal or "") + end_text
                 items = list(items) + list(end_items)
@@ -208,7 +305,9 @@ class SglangAdapter(Adapter):
                         tool_calls=(
                             ToolCallDelta(
                                 index=item.tool_index,
-                                id=self._tool_call_id(item.name, item.tool_index) if item.name else None,
+                                id=self._tool_call_id(item.name, item.tool_index)
+                                if item.name
+                                else None,
                                 name=item.name or None,
                                 arguments=item.parameters,
                             ),
@@ -216,24 +315,32 @@ class SglangAdapter(Adapter):
                     )
                 )
             if finished:
-                rest = _unstreamed_arguments(tool_parser)
+                rest = _unstreamed_arguments(tool_parser, prefix=self._glue.prefix_unstreamed)
                 if rest is not None:
                     events.append(StreamEvent(tool_calls=(rest,)))
         return events
 
-    def repro_script(self, request: Request, deltas: Sequence[Delta], mode: str, *,
-                     expected: dict | None = None, case_id: str = "case") -> str:
+    def repro_script(
+        self,
+        request: Request,
+        deltas: Sequence[Delta],
+        mode: str,
+        *,
+        expected: dict | None = None,
+        case_id: str = "case",
+    ) -> str:
         """A standalone script that drives sglang the same way, importing only sglang
-        (for ``k2conform report-finding``; templates in k2conform_adapters._repro)."""
-        from k2conform_adapters._repro import sglang_script
+        (for ``k2conform report-finding``; drivers in k2conform_adapters.repro)."""
+        from k2conform_adapters.repro import build_script
 
-        return sglang_script(request, deltas, mode, expected, case_id)
+        return build_script("sglang", request, deltas, mode, expected=expected, case_id=case_id)
 
 
-def _unstreamed_arguments(tool_parser: Any) -> ToolCallDelta | None:
+def _unstreamed_arguments(tool_parser: Any, *, prefix: bool) -> ToolCallDelta | None:
     """``_check_for_unstreamed_tool_args``: after the finishing delta, the part of the last
     call's arguments (as the detector recorded them in ``prev_tool_call_arr``) that was
-    not streamed yet, when what was streamed is a prefix of it."""
+    not streamed yet: with ``prefix``, the rest when what was streamed is a prefix of it;
+    before 0.5.16, ``json.dumps`` of them with the streamed part replaced once."""
     detector = getattr(tool_parser, "detector", tool_parser)
     recorded = getattr(detector, "prev_tool_call_arr", None)
     streamed = getattr(detector, "streamed_args_for_tool", None)
@@ -243,8 +350,32 @@ def _unstreamed_arguments(tool_parser: Any) -> ToolCallDelta | None:
     if index >= len(streamed):
         return None
     expected = recorded[index].get("arguments", {})
+    sent = streamed[index]
+    if not prefix:
+        expected = json.dumps(expected, ensure_ascii=False)
+        rest = expected.replace(sent, "", 1) if sent in expected else ""
+        return ToolCallDelta(index=index, arguments=rest) if rest else None
     if not isinstance(expected, str):
         expected = json.dumps(expected, ensure_ascii=False)
-    sent = streamed[index]
-    rest = expected[len(sent):] if expected.startswith(sent) else ""
+    rest = expected[len(sent) :] if expected.startswith(sent) else ""
     return ToolCallDelta(index=index, arguments=rest) if rest else None
+
+
+def _stand_in_torchvision() -> None:
+    """Before 0.5.2x, ``import sglang`` reaches ``from torchvision.io import decode_jpeg`` (an
+    image decoder no Kimi path calls), and no torchvision on PyPI loads beside the CPU torch
+    (its operators are built for CUDA): a module whose ``decode_jpeg`` refuses stands in."""
+    if importlib.util.find_spec("torchvision") is not None:
+        return
+
+    def decode_jpeg(*args: Any, **kwargs: Any) -> Any:
+        raise AdapterGlueError(
+            "torchvision.io.decode_jpeg", "a stand-in: torchvision is not installed"
+        )
+
+    package, io = types.ModuleType("torchvision"), types.ModuleType("torchvision.io")
+    package.__spec__ = importlib.machinery.ModuleSpec("torchvision", None, is_package=True)
+    io.__spec__ = importlib.machinery.ModuleSpec("torchvision.io", None)
+    io.decode_jpeg, package.io = decode_jpeg, io
+    sys.modules.setdefault("torchvision", package)
+    sys.modules.setdefault("torchvision.io", io)

@@ -18,48 +18,66 @@ What the server does (``vllm/entrypoints/openai/chat_completion/serving.py``):
   (it runs ``finalize_generation`` and flushes the engine parsers'
   ``finish_streaming``).  There is no separate end call in 0.33.0.
 
-The adapter calls exactly those objects.  Thinking on means the server was started with
+The adapter calls exactly those objects.  In 0.25.0-0.32.0 (``INLINE_SERVING``) those two
+steps were still inline in ``serving.py``: one-shot, ``parse`` then the message rule of
+``chat_completion_full_generator`` (re-stated in ``inline_message_fields``; the ids are that
+release's ``make_tool_call_id()``); streaming, ``parse_delta(..., finished=...)`` per engine
+output, empty outputs before the first token skipped, no ``tool_choice`` filter after it;
+``get_parser`` takes the tokenizer and the parser ``set_prompt_token_ids`` from 0.32.0 on.
+
+Thinking on means the server was started with
 ``--reasoning-parser kimi_k2`` and the client sent ``chat_template_kwargs={"thinking":
 true}``; thinking off means no reasoning parser and ``{"thinking": false}``.
 """
 
 from __future__ import annotations
 
-import re
+import importlib
 import types
-from typing import Any, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from k2conform import markers
 from k2conform.adapter.contract import (
-    glue_imports,
-    import_parser_package,
     Adapter,
     AdapterGlueError,
     call_parser,
+    glue_imports,
+    import_parser_package,
     require_api,
 )
-from k2conform.model import Delta, Request, Result, StreamEvent, ToolCall, ToolCallDelta
+from k2conform.adapter.glue import (
+    MODEL_NAME,
+    RandomIds,
+    build_chat_request,
+    event_of,
+    load_once,
+    tool_calls_of,
+)
+from k2conform.model import Delta, Request, Result, StreamEvent, ToolCall
 
-#: What the server calls the model in requests; any name works.
-MODEL_NAME = "moonshotai/Kimi-K2-Instruct"
 #: The rendered generation prompt's tail, ``<|im_assistant|>assistant<|im_middle|>``,
 #: reduced to its marker ids: what ``parse_delta`` inspects for an open ``<think>``.
 PROMPT_TOKEN_IDS = [
     markers.SPECIAL_TOKEN_IDS[markers.IM_ASSISTANT],
     markers.SPECIAL_TOKEN_IDS[markers.IM_MIDDLE],
 ]
-#: ``make_tool_call_id()``'s random form (``chatcmpl-tool-`` + ``random_uuid()``).
-RANDOM_ID = re.compile(r"^chatcmpl-tool-[0-9a-f]{16,32}$")
-#: What a random id is reported as, so results stay reproducible.
-MASKED_RANDOM_ID = "chatcmpl-tool-<random>"
-
-
-def _mask_id(tool_id: str | None, masked: list[str]) -> str | None:
-    """Random ids differ on every run; keep their shape, drop the random part."""
-    if tool_id is not None and RANDOM_ID.match(tool_id):
-        masked.append(tool_id)
-        return MASKED_RANDOM_ID
-    return tool_id
+#: The releases whose ``serving.py`` drives the composed parser itself (see above).
+INLINE_SERVING = (
+    "0.25.0",
+    "0.25.1",
+    "0.26.0",
+    "0.27.0",
+    "0.27.1",
+    "0.28.0",
+    "0.29.0",
+    "0.30.0",
+    "0.31.0",
+    "0.32.0",
+)
+#: The releases whose server hands the tokenizer to ``get_parser`` and the prompt's token ids
+#: to ``set_prompt_token_ids``.
+PROMPT_IDS_RELEASES = ("0.32.0", "0.33.0")
 
 
 def load_kimi_tokenizer() -> Any:
@@ -74,70 +92,54 @@ class VllmAdapter(Adapter):
 
     name = "vllm"
     package = "vllm"
-    supported_versions = ("0.33.0",)
+    supported_versions = (*INLINE_SERVING, "0.33.0")
     description = "vLLM OpenAI server: --tool-call-parser kimi_k2 [--reasoning-parser kimi_k2]"
+    coverage_files = ("vllm/parser/kimi_k2.py", "vllm/tool_parsers/kimi_k2_tool_parser.py")
+    coverage_shared_files = (
+        "vllm/parser/engine/parser_engine.py",
+        "vllm/parser/engine/streaming_parser_engine.py",
+        "vllm/parser/engine/token_id_scanner.py",
+        "vllm/parser/engine/incremental_lexer.py",
+        "vllm/parser/engine/adapters.py",
+        "vllm/parser/engine/parser_engine_config.py",
+    )
 
     def __init__(self, tokenizer: Any | None = None) -> None:
         self._tokenizer = tokenizer
-        self._loaded = False
 
     # --- glue ---------------------------------------------------------------------------
 
+    @load_once
     def load(self) -> None:
-        if self._loaded:
-            return
         vllm = import_parser_package("vllm")
+        self._version = vllm.__version__
+        self._inline = self._version in INLINE_SERVING
+        self._prompt_ids = (
+            self._version not in INLINE_SERVING or self._version in PROMPT_IDS_RELEASES
+        )
         with glue_imports("vllm"):
-            from vllm.entrypoints.openai.chat_completion import message_assembly, protocol
-            from vllm.entrypoints.openai.chat_completion import stream_processor
+            from vllm.entrypoints.openai.chat_completion import protocol
             from vllm.parser import parser_manager
             from vllm.parser.abstract_parser import DelegatingParser
             from vllm.tool_parsers import ToolParserManager
 
         require_api(parser_manager, "ParserManager", owner_name="vllm.parser.parser_manager")
-        manager = parser_manager.ParserManager
-        require_api(manager, "get_parser", owner_name="ParserManager")
+        require_api(parser_manager.ParserManager, "get_parser", owner_name="ParserManager")
         require_api(ToolParserManager, "get_tool_parser", owner_name="ToolParserManager")
         require_api(
-            DelegatingParser, "parse", "parse_delta", "adjust_request", "set_prompt_token_ids",
+            DelegatingParser,
+            "parse",
+            "parse_delta",
+            "adjust_request",
+            *(("set_prompt_token_ids",) if self._prompt_ids else ()),
             owner_name="DelegatingParser",
         )
         require_api(protocol, "ChatCompletionRequest", owner_name="chat_completion.protocol")
-        require_api(
-            message_assembly, "assemble_chat_message_fields",
-            owner_name="chat_completion.message_assembly",
-        )
-        require_api(
-            stream_processor, "ChatStreamProcessor", owner_name="chat_completion.stream_processor"
-        )
-        require_api(stream_processor.ChatStreamProcessor, "step", owner_name="ChatStreamProcessor")
-
+        self._load_serving_steps()
         if self._tokenizer is None:
             self._tokenizer = load_kimi_tokenizer()
-        try:
-            registered = ToolParserManager.get_tool_parser("kimi_k2")
-            # As the server composes it at start-up (validates the tokenizer, too).
-            self._parser_cls = {
-                thinking: manager.get_parser(
-                    tool_parser_name="kimi_k2",
-                    reasoning_parser_name="kimi_k2" if thinking else None,
-                    enable_auto_tools=True,
-                    model_name=MODEL_NAME,
-                    is_harmony=False,
-                    tokenizer=self._tokenizer,
-                )
-                for thinking in (False, True)
-            }
-        except Exception as exc:  # noqa: BLE001 - the server would not start: glue
-            raise AdapterGlueError("ParserManager.get_parser", f"{type(exc).__name__}: {exc}") from exc
-        for cls in self._parser_cls.values():
-            if cls is None or cls.tool_parser_cls is not registered:
-                raise AdapterGlueError("ParserManager.get_parser", "did not compose kimi_k2")
-
-        self._version = vllm.__version__
+        self._compose(parser_manager.ParserManager, ToolParserManager)
         self._request_cls = protocol.ChatCompletionRequest
-        self._assemble = message_assembly.assemble_chat_message_fields
-        self._processor_cls = stream_processor.ChatStreamProcessor
         # get_tool_call_id_type() reads hf_config.model_type: a Kimi K2 checkpoint says
         # "kimi_k2", which makes any id the parser itself mints ``functions.NAME:IDX``.
         self._model_config = types.SimpleNamespace(
@@ -146,19 +148,59 @@ class VllmAdapter(Adapter):
             hf_text_config=types.SimpleNamespace(model_type="kimi_k2"),
             hf_overrides={},
         )
-        self._loaded = True
 
-    def _chat_request(self, request: Request) -> Any:
-        try:
-            return self._request_cls(
-                model=MODEL_NAME,
-                messages=[{"role": "user", "content": "(conformance case)"}],
-                tools=[dict(t) for t in request.tools] or None,
-                tool_choice=request.tool_choice if request.tools else None,
-                chat_template_kwargs={"thinking": request.thinking},
+    def _load_serving_steps(self) -> None:
+        """The server's own steps around the parser: 0.33's helpers, or the id minting the
+        inline generation's message rule needs."""
+        if self._inline:
+            where = (
+                "vllm.renderers.chat_utils"
+                if self._version in PROMPT_IDS_RELEASES
+                else "vllm.entrypoints.chat_utils"
             )
-        except Exception as exc:  # noqa: BLE001 - the request model rejected our glue
-            raise AdapterGlueError("ChatCompletionRequest", f"{type(exc).__name__}: {exc}") from exc
+            with glue_imports(f"vllm {self._version}"):
+                module = importlib.import_module(where)
+            require_api(module, "make_tool_call_id", owner_name=module.__name__)
+            self._make_tool_call_id = module.make_tool_call_id
+            return
+        with glue_imports("vllm"):
+            from vllm.entrypoints.openai.chat_completion import message_assembly, stream_processor
+        require_api(
+            message_assembly,
+            "assemble_chat_message_fields",
+            owner_name="chat_completion.message_assembly",
+        )
+        require_api(
+            stream_processor, "ChatStreamProcessor", owner_name="chat_completion.stream_processor"
+        )
+        require_api(stream_processor.ChatStreamProcessor, "step", owner_name="ChatStreamProcessor")
+        self._assemble = message_assembly.assemble_chat_message_fields
+        self._processor_cls = stream_processor.ChatStreamProcessor
+
+    def _compose(self, manager: Any, tool_parsers: Any) -> None:
+        """``ParserManager.get_parser`` as the server calls it at start-up, with and without
+        the reasoning parser (it validates the tokenizer, too, where it takes one)."""
+        tokenizer = {"tokenizer": self._tokenizer} if self._prompt_ids else {}
+        try:
+            registered = tool_parsers.get_tool_parser("kimi_k2")
+            self._parser_cls = {
+                thinking: manager.get_parser(
+                    tool_parser_name="kimi_k2",
+                    reasoning_parser_name="kimi_k2" if thinking else None,
+                    enable_auto_tools=True,
+                    model_name=MODEL_NAME,
+                    is_harmony=False,
+                    **tokenizer,
+                )
+                for thinking in (False, True)
+            }
+        except Exception as exc:  # the server would not start: glue
+            raise AdapterGlueError(
+                "ParserManager.get_parser", f"{type(exc).__name__}: {exc}"
+            ) from exc
+        for cls in self._parser_cls.values():
+            if cls is None or cls.tool_parser_cls is not registered:
+                raise AdapterGlueError("ParserManager.get_parser", "did not compose kimi_k2")
 
     def _new_parser(self, cls: Any, chat_request: Any) -> Any:
         return call_parser(
@@ -173,16 +215,25 @@ class VllmAdapter(Adapter):
         """The request after ``adjust_request`` (on its own instance, as the renderer does)."""
         self.load()
         cls = self._parser_cls[request.thinking]
-        chat_request = self._chat_request(request)
+        chat_request = build_chat_request(self._request_cls, request, choice_without_tools=None)
         chat_request = call_parser(self._new_parser(cls, chat_request).adjust_request, chat_request)
         return cls, chat_request
+
+    def structural_tag(self, request: Request) -> str | None:
+        """The structural tag the server hands xgrammar for this request (``adjust_request`` →
+        ``_apply_structural_tag`` → ``KimiK2ToolParser.get_structural_tag``), for ``k2conform
+        grammar``; None when decoding is not constrained."""
+        _, chat_request = self._prepare(request)
+        outputs = chat_request.structured_outputs
+        return None if outputs is None else outputs.structural_tag
 
     # --- the two parse modes --------------------------------------------------------------
 
     def parse_whole(self, request: Request, output: Delta) -> Result:
         cls, chat_request = self._prepare(request)
         parser = self._new_parser(cls, chat_request)
-        call_parser(parser.set_prompt_token_ids, PROMPT_TOKEN_IDS)
+        if self._prompt_ids:
+            call_parser(parser.set_prompt_token_ids, PROMPT_TOKEN_IDS)
         reasoning, content, calls = call_parser(
             parser.parse,
             output.text,
@@ -190,71 +241,128 @@ class VllmAdapter(Adapter):
             enable_auto_tools=True,
             model_output_token_ids=list(output.token_ids),
         )
-        fields = call_parser(
-            self._assemble, chat_request, reasoning, content, calls,
-            enable_auto_tools=True, parser_cls=cls,
-        )
-        masked: list[str] = []
-        tool_calls = tuple(
-            ToolCall(
-                name=tc.function.name,
-                arguments=tc.function.arguments,
-                id=_mask_id(tc.id, masked),
+        ids = RandomIds.chatcmpl()
+        if self._inline:
+            reasoning, content, kept = inline_message_fields(
+                chat_request, reasoning, content, calls
             )
-            for tc in fields.tool_calls
+            tool_calls = tuple(
+                ToolCall(
+                    name=tc.name,
+                    arguments=tc.arguments,
+                    id=ids.mask(tc.id or call_parser(self._make_tool_call_id)),
+                )
+                for tc in kept
+            )
+            return Result(
+                content=content,
+                reasoning=reasoning,
+                tool_calls=tool_calls,
+                meta=ids.meta(version=self._version),
+            )
+        fields = call_parser(
+            self._assemble,
+            chat_request,
+            reasoning,
+            content,
+            calls,
+            enable_auto_tools=True,
+            parser_cls=cls,
         )
-        meta: dict[str, Any] = {"version": self._version}
-        if masked:
-            meta["masked_random_ids"] = len(masked)
+        tool_calls = tool_calls_of(fields.tool_calls, ids)
         return Result(
-            content=fields.content, reasoning=fields.reasoning, tool_calls=tool_calls, meta=meta
+            content=fields.content,
+            reasoning=fields.reasoning,
+            tool_calls=tool_calls,
+            meta=ids.meta(version=self._version),
         )
 
     def parse_stream(self, request: Request, deltas: Sequence[Delta]) -> list[StreamEvent]:
         """One event per non-empty ``DeltaMessage``; the last delta carries ``finish_reason``."""
         cls, chat_request = self._prepare(request)
-        processor = self._processor_cls(
-            chat_request,
-            self._new_parser(cls, chat_request),
-            enable_auto_tools=True,
-            parser_cls=cls,
+        parser = self._new_parser(cls, chat_request)
+        step = (
+            _inline_step(parser, chat_request)
+            if self._inline
+            else self._processor_step(cls, parser, chat_request)
         )
         steps = list(deltas) or [Delta("")]
         events: list[StreamEvent] = []
-        masked: list[str] = []
+        ids = RandomIds.chatcmpl()
         for n, delta in enumerate(steps):
-            finish_reason = "stop" if n == len(steps) - 1 else None
-            step = call_parser(
-                processor.step, delta.text, list(delta.token_ids), finish_reason, PROMPT_TOKEN_IDS
-            )
-            event = _to_event(step.delta, masked)
+            event = event_of(step(delta, n == len(steps) - 1), ids)
             if event is not None:
                 events.append(event)
         return events
 
-    def repro_script(self, request: Request, deltas: Sequence[Delta], mode: str, *,
-                     expected: dict | None = None, case_id: str = "case") -> str:
-        """A standalone script that drives vllm the same way, importing only vllm
-        (for ``k2conform report-finding``; templates in k2conform_adapters._repro)."""
-        from k2conform_adapters._repro import vllm_script
-
-        return vllm_script(request, deltas, mode, expected, case_id)
-
-
-def _to_event(message: Any, masked: list[str]) -> StreamEvent | None:
-    """A ``DeltaMessage`` as a ``StreamEvent``; None for a message with nothing in it
-    (the server still sends the final chunk then, only to carry ``finish_reason``)."""
-    if message is None:
-        return None
-    calls = tuple(
-        ToolCallDelta(
-            index=tc.index,
-            id=_mask_id(tc.id, masked),
-            name=tc.function.name if tc.function else None,
-            arguments=tc.function.arguments if tc.function else None,
+    def _processor_step(
+        self, cls: Any, parser: Any, chat_request: Any
+    ) -> Callable[[Delta, bool], Any]:
+        """0.33: one ``ChatStreamProcessor`` per choice; the finishing output says ``stop``."""
+        processor = self._processor_cls(
+            chat_request, parser, enable_auto_tools=True, parser_cls=cls
         )
-        for tc in (message.tool_calls or ())
-    )
-    if message.content is None and message.reasoning is None and not calls:
-        return None
-    return StreamEvent(content=message.content, reasoning=message.reasoning, tool_calls=calls)
+
+        def step(delta: Delta, finished: bool) -> Any:
+            return call_parser(
+                processor.step,
+                delta.text,
+                list(delta.token_ids),
+                "stop" if finished else None,
+                PROMPT_TOKEN_IDS,
+            ).delta
+
+        return step
+
+    def repro_script(
+        self,
+        request: Request,
+        deltas: Sequence[Delta],
+        mode: str,
+        *,
+        expected: dict | None = None,
+        case_id: str = "case",
+    ) -> str:
+        """A standalone script that drives vllm the same way, importing only vllm
+        (for ``k2conform report-finding``; drivers in k2conform_adapters.repro)."""
+        from k2conform_adapters.repro import build_script
+
+        return build_script("vllm", request, deltas, mode, expected=expected, case_id=case_id)
+
+
+def _inline_step(parser: Any, chat_request: Any) -> Callable[[Delta, bool], Any]:
+    """0.25-0.32 ``chat_completion_stream_generator``: ``parse_delta`` per engine output, an
+    empty output before the first token skipped ("chunked prefill")."""
+    tokens_seen = 0
+
+    def step(delta: Delta, finished: bool) -> Any:
+        nonlocal tokens_seen
+        if not delta.text and not delta.token_ids and not tokens_seen:
+            return None
+        tokens_seen += len(delta.token_ids)
+        return call_parser(
+            parser.parse_delta,
+            delta_text=delta.text,
+            delta_token_ids=list(delta.token_ids),
+            request=chat_request,
+            prompt_token_ids=PROMPT_TOKEN_IDS,
+            finished=finished,
+        )
+
+    return step
+
+
+def inline_message_fields(
+    chat_request: Any, reasoning: str | None, content: str | None, calls: Sequence[Any] | None
+) -> tuple[str | None, str | None, list[Any]]:
+    """0.25-0.32 ``chat_completion_full_generator``'s message, auto tools on: the reasoning
+    (unless hidden), the content, and the parsed calls it keeps (a named or ``required``
+    tool_choice keeps them with content ``or ""``; ``auto`` with tools keeps them)."""
+    if not chat_request.include_reasoning:
+        reasoning = None
+    choice = chat_request.tool_choice
+    if choice == "required" or not isinstance(choice, (str, type(None))):
+        return reasoning, content or "", list(calls or ())
+    if choice == "auto" and chat_request.tools:
+        return reasoning, content, list(calls or ())
+    return reasoning, content, []

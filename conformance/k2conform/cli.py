@@ -16,7 +16,13 @@ from typing import Any, Iterator, Sequence
 from k2conform.delivery import modes as dl
 from k2conform.case.corpus import CorpusError, default_corpus_dir, iter_problems, load_corpus
 from k2conform.model import Result, RunResults
-from k2conform.adapter.registry import UnknownAdapter, adapter_names, create_adapter, default_adapter_names, load
+from k2conform.adapter.registry import (
+    UnknownAdapter,
+    adapter_names,
+    create_adapter,
+    default_adapter_names,
+    load,
+)
 from k2conform.errors import HarnessError, UsageError
 
 DESCRIPTION = """\
@@ -39,8 +45,9 @@ Adapters in another process (the adapter protocol, docs/adapter-protocol.md):
        "deltas": [{"text": str, "token_ids": [int]}]}        (whole: exactly one delta)
     response (one stdout line per request):
       whole:  the canonical result above
-      stream: {"events": [{"content"?: str, "reasoning"?: str,
-                           "tool_calls"?: [{"index": int, "id"?: str, "name"?: str, "arguments"?: str}]}]}
+      stream: {"events": [{"content"?: str, "reasoning"?: str, "finish_reason"?: str,
+                           "tool_calls"?: [{"index": int, "id"?: str, "name"?: str,
+                                            "arguments"?: str}]}]}
       either: {"outcome": "crash"|"adapter-error"|"unavailable", "error": str} on failure
   Exit, garbage on stdout or a hang past --timeout makes the cell crash/timeout; the
   process is restarted and the run goes on.  Reports name it NAME, else the whole
@@ -52,8 +59,18 @@ Adapters in another process (the adapter protocol, docs/adapter-protocol.md):
 
 #: Modules that each add one subcommand with ``add_parser(subparsers)``; their handlers
 #: raise UsageError for bad input and return the exit status.
-COMMAND_MODULES: tuple[str, ...] = ("k2conform.adapter.serve", "k2conform.engine.fake", "k2conform.fuzzing.cli", "k2conform.minimize.delta_debug", "k2conform.bench.measure",
-                                   "k2conform.report_finding.bug_report", "k2conform.setup.parsers")
+COMMAND_MODULES: tuple[str, ...] = (
+    "k2conform.adapter.serve",
+    "k2conform.engine.fake",
+    "k2conform.fuzzing.cli",
+    "k2conform.minimize.delta_debug",
+    "k2conform.bench.measure",
+    "k2conform.report_finding.bug_report",
+    "k2conform.setup.parsers",
+    "k2conform.coverage.cli",
+    "k2conform.history.cli",
+    "k2conform.grammar.cli",
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -68,13 +85,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"k2conform {args.command}: {error}", file=sys.stderr)
         return 2
     except HarnessError as error:
-        print(f"k2conform {args.command}: harness error (a bug in k2conform, not a parser finding):\n{error}", file=sys.stderr)
+        print(
+            f"k2conform {args.command}: harness error (a bug in k2conform, not a parser "
+            f"finding):\n{error}",
+            file=sys.stderr,
+        )
         return 2
 
 
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="k2conform", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="k2conform",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -85,74 +108,70 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--adapter", default="reference", help="adapter name (see list-adapters)")
     _delivery_options(p)
-    p.add_argument("--timeout", type=float, default=30.0, help="seconds before the parse is a timeout")
+    p.add_argument(
+        "--timeout", type=float, default=30.0, help="seconds before the parse is a timeout"
+    )
     p.set_defaults(handler=cmd_parse)
 
     p = sub.add_parser("render", help="render a conversation (JSON on stdin) to the prompt stream")
     p.description = (
-        'Reads {"messages": [...], "tools": [...]?, "add_generation_prompt": bool} on stdin; writes '
+        'Reads {"messages": [...], "tools": [...]?, "add_generation_prompt": bool} on stdin; '
+        "writes "
         "the prompt stream to stdout exactly, with no added newline."
     )
-    p.add_argument("--chat-template", type=Path, help="render with this chat_template.jinja (as transformers does)")
+    p.add_argument(
+        "--chat-template",
+        type=Path,
+        help="render with this chat_template.jinja (as transformers does)",
+    )
     p.set_defaults(handler=cmd_render)
 
     p = sub.add_parser("check-corpus", help="validate every case file")
-    p.add_argument("directory", nargs="?", type=Path, help="corpus directory (default: the shipped corpus)")
+    p.add_argument(
+        "directory", nargs="?", type=Path, help="corpus directory (default: the shipped corpus)"
+    )
     p.set_defaults(handler=cmd_check_corpus)
 
-    p = sub.add_parser("run", help="the conformance matrix: every case x adapter x delivery mode")
-    p.description = (
-        "Runs every selected case through every selected adapter in every selected delivery mode, "
-        "in parallel worker processes, and gives each cell one outcome: agree, differs (with the "
-        "fields), impl-defined (i_ cases), crash, timeout, unavailable or adapter-error. "
-        "Exit status: 0 when every cell passes (agree, impl-defined, unavailable) or is listed in "
-        "the baseline; 1 on a new disagreement or a stale baseline entry; 2 on usage or harness errors."
+    _add_run_parser(sub)
+    p = sub.add_parser(
+        "merge", help="join the results of sharded runs (run --shard K/N --json ...) into one"
     )
-    p.add_argument("--adapter", action="append", help="adapter to run (repeatable; default: all registered)")
-    p.add_argument("--delivery", action="append", choices=list(dl.MODES), help="delivery mode (repeatable; default: all)")
-    p.add_argument("--case", action="append", default=[], metavar="GLOB", help="only cases whose id matches (repeatable)")
-    p.add_argument("--corpus", type=Path, help="corpus directory (default: the shipped corpus)")
-    p.add_argument("--json", type=Path, help="write every cell with its observed result and diff")
-    p.add_argument("--html", type=Path, help="write the HTML report (and an SVG matrix beside it)")
-    p.add_argument("--markdown", type=Path, help="write a Markdown summary (for a CI job summary)")
-    p.add_argument("--baseline", type=Path, help="known deviations; new ones and stale entries fail the run")
-    p.add_argument("--allow-missing", action="append", default=[], metavar="ADAPTER",
-                   help="an adapter the baseline covers that may be absent from this run (repeatable)")
-    p.add_argument("--jobs", type=int, default=0, help="worker processes (default: all cores)")
-    p.add_argument("--timeout", type=float, default=20.0, help="seconds per cell before it is a timeout")
-    p.add_argument("--seed", type=int, default=dl.DEFAULT_SEED, help="base seed of stream-random (per-case seeds derive from it)")
-    p.add_argument("--burst", type=int, default=dl.DEFAULT_BURST, help="tokens per delta of stream-burst")
-    p.add_argument("--tokenizer", help="directory with the real tiktoken.model and tokenizer_config.json")
-    p.add_argument("--run-dir", type=Path, help="logs and caches of run-wide sessions such as vllm-server's server "
-                   "(default: beside --json/--html/--markdown, else ./.k2conform-run)")
-    p.add_argument("--bench", type=Path, help="a `k2conform bench --json` file: add its streaming-cost check to the reports")
-    p.add_argument("--shard", type=_shard, metavar="K/N", help="run only shard K of N (every cell of a case in one "
-                   "shard, the same partition on every machine); `k2conform merge` joins the shards' --json files")
-    p.set_defaults(handler=cmd_run)
-
-    p = sub.add_parser("merge", help="join the results of sharded runs (run --shard K/N --json ...) into one")
-    p.description = ("Joins the --json results of the shards of one run into the results an unsharded run gives "
-                     "(cells, cases, adapters), judges the gate again over all of them with --baseline, and "
-                     "writes the reports.  Exit status as for run.")
+    p.description = (
+        "Joins the --json results of the shards of one run into the results an unsharded run gives "
+        "(cells, cases, adapters), judges the gate again over all of them with --baseline, and "
+        "writes the reports.  Exit status as for run."
+    )
     p.add_argument("results", type=Path, nargs="+", help="the shards' results JSON files")
-    p.add_argument("--json", type=Path, help="write the merged results")
-    p.add_argument("--html", type=Path, help="write the HTML report")
-    p.add_argument("--markdown", type=Path, help="write a Markdown summary")
-    p.add_argument("--baseline", type=Path, help="known deviations; new ones and stale entries fail the merge")
-    p.add_argument("--allow-missing", action="append", default=[], metavar="ADAPTER",
-                   help="an adapter the baseline covers that may be absent from these results (repeatable)")
+    _gate_options(p, "these results")
     p.set_defaults(handler=cmd_merge)
 
-    p = sub.add_parser("report", help="rebuild the reports from a results JSON written by run --json")
+    p = sub.add_parser(
+        "report", help="rebuild the reports from a results JSON written by run --json"
+    )
     p.add_argument("results", type=Path)
     p.add_argument("--html", type=Path)
     p.add_argument("--markdown", type=Path)
+    p.add_argument(
+        "--coverage",
+        type=Path,
+        help="a `k2conform coverage --json` document: add its section to the HTML",
+    )
+    p.add_argument(
+        "--baseline",
+        type=Path,
+        help="judge the results against this baseline again (its reviewed "
+        "reasons and links group the findings); the exit status stays 0",
+    )
     p.set_defaults(handler=cmd_report)
 
-    p = sub.add_parser("baseline", help="write a baseline covering every failing cell of a results JSON")
+    p = sub.add_parser(
+        "baseline", help="write a baseline covering every failing cell of a results JSON"
+    )
     p.add_argument("results", type=Path)
     p.add_argument("--out", type=Path, required=True, help="baseline file to write")
-    p.add_argument("--previous", type=Path, help="an older baseline whose reasons and links to keep")
+    p.add_argument(
+        "--previous", type=Path, help="an older baseline whose reasons and links to keep"
+    )
     p.set_defaults(handler=cmd_baseline)
 
     p = sub.add_parser("list-adapters", help="each adapter's name, version and availability")
@@ -164,11 +183,98 @@ def _build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_run_parser(sub: Any) -> None:
+    p = sub.add_parser("run", help="the conformance matrix: every case x adapter x delivery mode")
+    p.description = (
+        "Runs every selected case through every selected adapter in every selected delivery mode, "
+        "in parallel worker processes, and gives each cell one outcome: agree, differs (with the "
+        "fields), impl-defined (i_ cases), crash, timeout, unavailable or adapter-error. "
+        "Exit status: 0 when every cell passes (agree, impl-defined, unavailable) or is listed in "
+        "the baseline; 1 on a new disagreement or a stale baseline entry; 2 on usage or harness "
+        "errors."
+    )
+    p.add_argument(
+        "--adapter", action="append", help="adapter to run (repeatable; default: all registered)"
+    )
+    p.add_argument(
+        "--delivery",
+        action="append",
+        choices=list(dl.MODES),
+        help="delivery mode (repeatable; default: all)",
+    )
+    p.add_argument(
+        "--case",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="only cases whose id matches (repeatable)",
+    )
+    p.add_argument("--corpus", type=Path, help="corpus directory (default: the shipped corpus)")
+    _gate_options(p, "this run")
+    p.add_argument("--jobs", type=int, default=0, help="worker processes (default: all cores)")
+    p.add_argument(
+        "--timeout", type=float, default=20.0, help="seconds per cell before it is a timeout"
+    )
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=dl.DEFAULT_SEED,
+        help="base seed of stream-random (per-case seeds derive from it)",
+    )
+    p.add_argument(
+        "--burst", type=int, default=dl.DEFAULT_BURST, help="tokens per delta of stream-burst"
+    )
+    p.add_argument(
+        "--tokenizer", help="directory with the real tiktoken.model and tokenizer_config.json"
+    )
+    p.add_argument(
+        "--run-dir",
+        type=Path,
+        help="logs and caches of run-wide sessions such as vllm-server's server "
+        "(default: beside --json/--html/--markdown, else ./.k2conform-run)",
+    )
+    p.add_argument(
+        "--bench",
+        type=Path,
+        help="a `k2conform bench --json` file: add its streaming-cost check to the reports",
+    )
+    p.add_argument(
+        "--shard",
+        type=_shard,
+        metavar="K/N",
+        help="run only shard K of N (every cell of a case in one "
+        "shard, the same partition on every machine); `k2conform merge` joins the shards' --json "
+        "files",
+    )
+    p.set_defaults(handler=cmd_run)
+
+
+def _gate_options(p: argparse.ArgumentParser, what: str) -> None:
+    """The outputs and the gate of a command that ends in results (run, merge)."""
+    p.add_argument("--json", type=Path, help="write every cell with its observed result and diff")
+    p.add_argument("--html", type=Path, help="write the HTML report (and an SVG matrix beside it)")
+    p.add_argument("--markdown", type=Path, help="write a Markdown summary (for a CI job summary)")
+    p.add_argument(
+        "--baseline", type=Path, help="known deviations; new ones and stale entries fail the gate"
+    )
+    p.add_argument(
+        "--allow-missing",
+        action="append",
+        default=[],
+        metavar="ADAPTER",
+        help=f"an adapter the baseline covers that may be absent from {what} (repeatable)",
+    )
+
+
 def _delivery_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--delivery", default="whole", choices=list(dl.MODES), help="delivery mode")
     p.add_argument("--seed", type=int, default=dl.DEFAULT_SEED, help="seed of stream-random")
-    p.add_argument("--burst", type=int, default=dl.DEFAULT_BURST, help="tokens per delta of stream-burst")
-    p.add_argument("--tokenizer", help="directory with the real tiktoken.model and tokenizer_config.json")
+    p.add_argument(
+        "--burst", type=int, default=dl.DEFAULT_BURST, help="tokens per delta of stream-burst"
+    )
+    p.add_argument(
+        "--tokenizer", help="directory with the real tiktoken.model and tokenizer_config.json"
+    )
 
 
 def _read_json_stdin(required: Sequence[str], allowed: Sequence[str]) -> dict[str, Any]:
@@ -197,7 +303,9 @@ def cmd_parse(args: argparse.Namespace) -> int:
 
     data = _read_json_stdin((), ("model_output", "tools", "tool_choice", "thinking", "deltas"))
     recorded = data.get("deltas")
-    if recorded is not None and not (isinstance(recorded, list) and all(isinstance(d, str) for d in recorded)):
+    if recorded is not None and not (
+        isinstance(recorded, list) and all(isinstance(d, str) for d in recorded)
+    ):
         raise UsageError("field 'deltas' must be an array of strings")
     text = data.get("model_output")
     if text is None:
@@ -206,10 +314,12 @@ def cmd_parse(args: argparse.Namespace) -> int:
         text = "".join(recorded)
     if not isinstance(text, str):
         raise UsageError(f"field 'model_output' must be a string, not {type(text).__name__}")
-    request = request_from_json({k: data[k] for k in ("tools", "tool_choice", "thinking") if k in data}, "stdin")
+    request = request_from_json(
+        {k: data[k] for k in ("tools", "tool_choice", "thinking") if k in data}, "stdin"
+    )
     if args.delivery == "stream-recorded" and recorded is None:
         raise UsageError("--delivery stream-recorded needs 'deltas' on stdin")
-    adapter = create_adapter(args.adapter)
+    adapter = create_adapter(args.adapter, args.timeout)
     case = adhoc_case(request, text, tuple(recorded) if recorded is not None else None)
     cell = run_cell(adapter, case, args.delivery, CellSettings.from_args(args))
     result = cell.observed or Result.failed(cell.outcome.value, cell.error or "")
@@ -220,17 +330,21 @@ def cmd_parse(args: argparse.Namespace) -> int:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
+    from k2conform.case.corpus import conversation_from_json
     from k2conform.reference.render import render, render_with_template
 
     data = _read_json_stdin(("messages",), ("messages", "tools", "add_generation_prompt"))
-    messages, tools = data["messages"], data.get("tools") or []
-    add = bool(data.get("add_generation_prompt", False))
+    messages, tools, add = conversation_from_json(data, "stdin")
     if args.chat_template:
         try:
             source = args.chat_template.read_text(encoding="utf-8")
-        except OSError as error:
-            raise UsageError(f"cannot read the chat template: {error}") from None
-        text = render_with_template(source, messages, tools, add)
+        except (OSError, UnicodeDecodeError) as error:
+            raise UsageError(
+                f"cannot read the chat template {args.chat_template}: {error}"
+            ) from None
+        text = render_with_template(
+            source, messages, tools, add, template_name=str(args.chat_template)
+        )
     else:
         text = render(messages, tools, add)
     sys.stdout.buffer.write(text.encode("utf-8"))
@@ -249,7 +363,10 @@ def cmd_check_corpus(args: argparse.Namespace) -> int:
         print(f"{len(problems)} bad case file(s) under {root}", file=sys.stderr)
         return 1
     corpus = load_corpus(root)
-    print(f"{len(corpus)} cases OK ({len(corpus.completions)} completions, {len(corpus.prompts)} prompts) under {root}")
+    print(
+        f"{len(corpus)} cases OK ({len(corpus.completions)} completions, {len(corpus.prompts)} "
+        f"prompts) under {root}"
+    )
     return 0
 
 
@@ -266,7 +383,14 @@ def _shard(text: str) -> tuple[int, int]:
 def cmd_run(args: argparse.Namespace) -> int:
     from k2conform.gate.baseline import load_baseline
     from k2conform.run.cell import CellSettings
-    from k2conform.run.matrix import Matrix, RunConfig, in_shard, plan, progress_printer, select_cases
+    from k2conform.run.matrix import (
+        Matrix,
+        RunConfig,
+        in_shard,
+        plan,
+        progress_printer,
+        select_cases,
+    )
     from k2conform.run.results import adapter_row, assemble
 
     root = args.corpus or default_corpus_dir()
@@ -277,13 +401,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.shard:
         cases = [c for c in cases if in_shard(c.id, *args.shard)]
     names = args.adapter or default_adapter_names()
-    adapters = [create_adapter(name) for name in names]
+    adapters = [create_adapter(name, args.timeout) for name in names]
     modes = tuple(args.delivery or dl.MODES)
     # No --delivery: each adapter in the modes it takes (server modes for server adapters).
-    per_adapter = None if args.delivery else {n: dl.adapter_modes(a) for n, a in zip(names, adapters)}
+    per_adapter = (
+        None if args.delivery else {n: dl.adapter_modes(a) for n, a in zip(names, adapters)}
+    )
     baseline = load_baseline(args.baseline) if args.baseline else None
     _check_writable(args.json, args.html, args.markdown)
-    run_dir = args.run_dir or next((p.parent for p in (args.json, args.html, args.markdown) if p), None)
+    run_dir = args.run_dir or next(
+        (p.parent for p in (args.json, args.html, args.markdown) if p), None
+    )
     config = RunConfig(root, tuple(names), args.jobs, CellSettings.from_args(args), run_dir)
     matrix = Matrix(config, progress=progress_printer())
     started = time.monotonic()
@@ -292,7 +420,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         cells = matrix.run(tasks)
     extra: dict[str, Any] = {}
     if matrix.interrupted:
-        extra["partial"] = {"cells": len(cells), "planned": len(tasks), "reason": "interrupted (Ctrl-C or SIGTERM)"}
+        extra["partial"] = {
+            "cells": len(cells),
+            "planned": len(tasks),
+            "reason": "interrupted (Ctrl-C or SIGTERM)",
+        }
     if args.shard:
         extra["shard"] = "{}/{}".format(*args.shard)
     if args.bench:
@@ -300,12 +432,21 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         extra["streaming_cost"] = streaming_cost(_read_json(args.bench, "bench results"))
     rows = [adapter_row(a, matrix.availability.get(a.name, ("ok", ""))) for a in adapters]
-    results = assemble(cells, cases, rows, args.seed, modes, time.monotonic() - started, matrix.restarts, **extra)
+    results = assemble(
+        cells, cases, rows, args.seed, modes, time.monotonic() - started, matrix.restarts, **extra
+    )
     status = _gate_and_report(results, baseline, args)
     if matrix.interrupted:
-        written = ", ".join(str(p) for p in (args.json, args.html, args.markdown) if p) or "nowhere (no --json)"
-        print(f"k2conform run: interrupted after {len(cells)} of {len(tasks)} cells; partial results written to "
-              f"{written}, marked partial", file=sys.stderr)
+        written = (
+            ", ".join(str(p) for p in (args.json, args.html, args.markdown) if p)
+            or "nowhere (no --json)"
+        )
+        print(
+            f"k2conform run: interrupted after {len(cells)} of {len(tasks)} cells; partial results "
+            "written to "
+            f"{written}, marked partial",
+            file=sys.stderr,
+        )
         return INTERRUPTED
     return status
 
@@ -317,6 +458,7 @@ INTERRUPTED = 130
 @contextmanager
 def _sigterm_interrupts() -> Iterator[None]:
     """SIGTERM stops a run the way Ctrl-C does: workers stopped, partial results kept."""
+
     def interrupt(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
 
@@ -336,24 +478,32 @@ def _check_writable(*paths: Path | None) -> None:
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as error:
             raise UsageError(f"cannot write {path}: {error.strerror or error}") from None
-        if path.is_dir() or not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        if (
+            path.is_dir()
+            or not os.access(path.parent, os.W_OK)
+            or (path.exists() and not os.access(path, os.W_OK))
+        ):
             raise UsageError(f"cannot write {path}: not a writable file path")
 
 
 def _gate_and_report(results: RunResults, baseline: Any, args: argparse.Namespace) -> int:
     """The gate, the reports, the console summary; the exit status."""
-    from k2conform.gate.baseline import gate
     from k2conform.report import pages as report
+    from k2conform.report.findings import gated
 
-    results, passed = gate(results, baseline, args.allow_missing)
+    results, passed = gated(results, baseline, args.allow_missing)
     passed = passed and "partial" not in results.extra
     document = results.to_json()
     _write_reports(document, args.json, args.html, args.markdown)
-    sys.stdout.write(report.markdown(document))  # the gate's every new, stale and missing item by name
+    sys.stdout.write(
+        report.markdown(document)
+    )  # the gate's every new, stale and missing item by name
     return 0 if passed else 1
 
 
-def _write_reports(results: dict[str, Any], json_path: Path | None, html_path: Path | None, md_path: Path | None) -> None:
+def _write_reports(
+    results: dict[str, Any], json_path: Path | None, html_path: Path | None, md_path: Path | None
+) -> None:
     from k2conform.report import pages as report
 
     for path, text in (
@@ -364,7 +514,9 @@ def _write_reports(results: dict[str, Any], json_path: Path | None, html_path: P
     ):
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text(), encoding="utf-8")
+            # A parser's strings may hold lone surrogates (ms-swift decodes the JSON escape \ud83d
+            # and re-encodes it with ensure_ascii=False): written as \udXXX, which JSON reads back.
+            path.write_text(text(), encoding="utf-8", errors="backslashreplace")
 
 
 def _read_json(path: Path, what: str) -> Any:
@@ -380,13 +532,27 @@ def _read_results(path: Path) -> RunResults:
     try:
         return RunResults.from_json(data)
     except (KeyError, TypeError, ValueError, AttributeError) as error:
-        raise UsageError(f"{path} is not a k2conform results document (run --json): {type(error).__name__}: {error}") from None
+        raise UsageError(
+            f"{path} is not a k2conform results document (run --json): {type(error).__name__}: "
+            f"{error}"
+        ) from None
 
 
 def cmd_report(args: argparse.Namespace) -> int:
     if not (args.html or args.markdown):
         raise UsageError("nothing to write: give --html FILE and/or --markdown FILE")
-    _write_reports(_read_results(args.results).to_json(), None, args.html, args.markdown)
+    results = _read_results(args.results)
+    if args.baseline:
+        from k2conform.gate.baseline import load_baseline
+        from k2conform.report.findings import gated
+
+        results, _ = gated(results, load_baseline(args.baseline))
+    document = results.to_json()
+    if args.coverage:
+        from k2conform.report.coverage_section import read_coverage
+
+        document["coverage"] = read_coverage(args.coverage)
+    _write_reports(document, None, args.html, args.markdown)
     return 0
 
 
@@ -404,9 +570,17 @@ def cmd_baseline(args: argparse.Namespace) -> int:
 
     results = _read_results(args.results)
     previous = load_baseline(args.previous).entries if args.previous else ()
-    ran = [row.name for row in results.adapters if row.status == "ok" and any(c.adapter == row.name for c in results.cells)]
+    ran = [
+        row.name
+        for row in results.adapters
+        if row.status == "ok" and any(c.adapter == row.name for c in results.cells)
+    ]
     document = baseline_from_cells(results.cells, previous, ran)
-    args.out.write_text(json.dumps(document, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    args.out.write_text(
+        json.dumps(document, ensure_ascii=False, indent=1) + "\n",
+        encoding="utf-8",
+        errors="backslashreplace",
+    )  # lone surrogates: see _write_reports
     print(f"{len(document['entries'])} baseline entries written to {args.out}")
     return 0
 

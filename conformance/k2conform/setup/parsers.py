@@ -25,7 +25,14 @@ from k2conform.resources import bundled, checkout_root
 
 _MISSING = re.compile(r"^(\S+) [^ ]+ requires (\S+), which is not installed\.$")
 _MISMATCH = re.compile(r"^(\S+) [^ ]+ has requirement (\S+?)[<>=!~;\[ ]")
-_NOT_FOUND = re.compile(r"(?:No matching distribution found for|Could not find a version that satisfies the requirement) (\S+)")
+_NOT_FOUND = re.compile(
+    r"(?:No matching distribution found for|Could not find a version that satisfies the "
+    r"requirement) (\S+)"
+)
+
+
+#: k2conform's own runtime dependencies, pinned (requirements/k2conform.txt).
+K2CONFORM_CLOSURE = "k2conform.txt"
 
 
 @dataclass(frozen=True)
@@ -39,6 +46,11 @@ class Environment:
     into_current: bool = False
     extra: bool = False
 
+    def closure_files(self) -> tuple[str, ...]:
+        """The closure files installed, in order: an environment of its own gets k2conform's
+        own dependencies first (k2conform is installed there --no-deps)."""
+        return self.requirements if self.into_current else (K2CONFORM_CLOSURE, *self.requirements)
+
     def venv(self, root: Path) -> Path:
         return Path(sys.prefix) if self.into_current else root / self.name
 
@@ -51,7 +63,10 @@ class Environment:
         if self.into_current:
             return []
         script = self.venv(root) / "bin" / "k2conform"
-        return [f"--adapter={self.name}=cmd:{script} serve-adapter {adapter}" for adapter in self.adapters]
+        return [
+            f"--adapter={self.name}=cmd:{script} serve-adapter {adapter}"
+            for adapter in self.adapters
+        ]
 
 
 def environments() -> dict[str, Environment]:
@@ -65,44 +80,80 @@ def environments() -> dict[str, Environment]:
     for name, entry in table.items():
         try:
             found[name] = Environment(
-                name=name, requirements=tuple(entry["requirements"]), adapters=tuple(entry["adapters"]),
-                description=entry.get("description", ""), into_current=entry.get("into") == "current",
+                name=name,
+                requirements=tuple(entry["requirements"]),
+                adapters=tuple(entry["adapters"]),
+                description=entry.get("description", ""),
+                into_current=entry.get("into") == "current",
                 extra=bool(entry.get("extra", False)),
             )
         except (KeyError, TypeError) as error:
-            raise UsageError(f"{path}: environment {name!r}: missing or bad field {error}") from None
+            raise UsageError(
+                f"{path}: environment {name!r}: missing or bad field {error}"
+            ) from None
     return found
 
 
 def installed(environment: Environment, root: Path) -> bool:
-    return environment.stamp(root).is_file() and (environment.venv(root) / "bin" / "python").exists()
+    return (
+        environment.stamp(root).is_file() and (environment.venv(root) / "bin" / "python").exists()
+    )
 
 
-def install(environment: Environment, root: Path, k2conform_spec: str | None, log: Callable[[str], None] = print) -> Path:
+def install(
+    environment: Environment,
+    root: Path,
+    k2conform_spec: str | None,
+    log: Callable[[str], None] = print,
+) -> Path:
     """Build (or refresh) one environment; returns its venv.  Raises UsageError with one line."""
     venv = environment.venv(root)
     started = time.monotonic()
-    requirements = [bundled("requirements") / name for name in environment.requirements]
+    requirements = [bundled("requirements") / name for name in environment.closure_files()]
     for path in requirements:
         if not path.is_file():
             raise UsageError(f"environment {environment.name}: no closure file {path}")
-    pins = sum(1 for path in requirements for line in path.read_text().splitlines()
-               if line.strip() and not line.lstrip().startswith("#"))
+    pins = sum(
+        1
+        for path in requirements
+        for line in path.read_text().splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    )
     if not environment.into_current:
         if k2conform_spec is None:
-            raise UsageError("this k2conform is not a source checkout: pass --k2conform WHEEL_OR_URL, "
-                             "what to install as k2conform into the new environments")
+            raise UsageError(
+                "this k2conform is not a source checkout: pass --k2conform WHEEL_OR_URL, "
+                "what to install as k2conform into the new environments"
+            )
         log(f"== {environment.name}: creating {venv}")
         venv.parent.mkdir(parents=True, exist_ok=True)
         _step(environment, venv, [sys.executable, "-m", "venv", str(venv)], "create the venv")
-        _step(environment, venv, [str(venv / "bin" / "python"), "-m", "pip", "install", "--upgrade", "pip"], "upgrade pip")
+        _step(
+            environment,
+            venv,
+            [str(venv / "bin" / "python"), "-m", "pip", "install", "--upgrade", "pip"],
+            "upgrade pip",
+        )
     python = str(venv / "bin" / "python")
-    log(f"== {environment.name}: installing {pins} pinned packages --no-deps ({', '.join(environment.requirements)})")
+    log(
+        f"== {environment.name}: installing {pins} pinned packages --no-deps "
+        f"({', '.join(environment.closure_files())})"
+    )
     for path in requirements:
-        _step(environment, venv, [python, "-m", "pip", "install", "--no-deps", "-r", str(path)], f"install {path.name}")
+        _step(
+            environment,
+            venv,
+            [python, "-m", "pip", "install", "--no-deps", "-r", str(path)],
+            f"install {path.name}",
+        )
     if not environment.into_current:
         spec = ["-e", k2conform_spec] if Path(k2conform_spec).is_dir() else [k2conform_spec]
-        _step(environment, venv, [python, "-m", "pip", "install", "--no-deps", *spec], "install k2conform")
+        _step(
+            environment,
+            venv,
+            [python, "-m", "pip", "install", "--no-deps", *spec],
+            "install k2conform",
+        )
     log(f"== {environment.name}: {pip_check_summary(python)}")
     environment.stamp(root).write_text(f"{environment.name} {' '.join(environment.requirements)}\n")
     log(f"== {environment.name}: ready in {time.monotonic() - started:.0f} s ({venv})")
@@ -118,8 +169,12 @@ def _step(environment: Environment, venv: Path, command: list[str], what: str) -
     if done.returncode != 0:
         text = log_path.read_text(encoding="utf-8", errors="replace")
         missing = _NOT_FOUND.findall(text)
-        cause = f"no reachable wheel for {missing[-1]}" if missing else f"exit status {done.returncode}"
-        raise UsageError(f"environment {environment.name}: could not {what}: {cause} (log: {log_path})")
+        cause = (
+            f"no reachable wheel for {missing[-1]}" if missing else f"exit status {done.returncode}"
+        )
+        raise UsageError(
+            f"environment {environment.name}: could not {what}: {cause} (log: {log_path})"
+        )
 
 
 def pip_check_summary(python: str) -> str:
@@ -132,28 +187,45 @@ def pip_check_summary(python: str) -> str:
     other = [line for line in lines if not _MISSING.match(line) and not _MISMATCH.match(line)]
     if not lines:
         return "pip check: no broken requirements"
-    summary = (f"pip check: as expected for a --no-deps CPU closure, {len(missing)} declared dependencies "
-               f"are not installed and {len(mismatched)} pins differ from the engines' own "
-               f"({', '.join(mismatched) or 'none'})")
+    summary = (
+        f"pip check: as expected for a --no-deps CPU closure, {len(missing)} declared dependencies "
+        f"are not installed and {len(mismatched)} pins differ from the engines' own "
+        f"({', '.join(mismatched) or 'none'})"
+    )
     return summary + "".join(f"; unexpected: {line}" for line in other)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("setup-parsers", help="build the pinned parser environments")
     p.description = (
-        "Installs the pinned parser closures that k2conform carries (requirements/environments.toml): "
+        "Installs the pinned parser closures that k2conform carries "
+        "(requirements/environments.toml): "
         "'parsers' (vLLM + SGLang) into the running venv, every other one into VENV_ROOT/NAME with "
         "k2conform beside it, each adapter then run as --adapter 'NAME=cmd:VENV/bin/k2conform "
         "serve-adapter ADAPTER'.  Without NAME, lists the environments and whether they are built."
     )
     p.add_argument("names", nargs="*", metavar="NAME", help="environments to build")
-    p.add_argument("--all", action="store_true", help="every environment marked extra, and 'parsers'")
-    p.add_argument("--venv-root", type=Path, default=Path(os.environ.get("K2CONFORM_VENVS", ".venvs")),
-                   help="where the separate environments go (default .venvs, or $K2CONFORM_VENVS)")
-    p.add_argument("--k2conform", metavar="SPEC", help="what to install as k2conform into new environments "
-                   "(default: this source checkout, editable)")
+    p.add_argument(
+        "--all", action="store_true", help="every environment marked extra, and 'parsers'"
+    )
+    p.add_argument(
+        "--venv-root",
+        type=Path,
+        default=Path(os.environ.get("K2CONFORM_VENVS", ".venvs")),
+        help="where the separate environments go (default .venvs, or $K2CONFORM_VENVS)",
+    )
+    p.add_argument(
+        "--k2conform",
+        metavar="SPEC",
+        help="what to install as k2conform into new environments "
+        "(default: this source checkout, editable)",
+    )
     p.add_argument("--force", action="store_true", help="rebuild even when already built")
-    p.add_argument("--adapters", action="store_true", help="print the --adapter options of the built environments")
+    p.add_argument(
+        "--adapters",
+        action="store_true",
+        help="print the --adapter options of the built environments",
+    )
     p.set_defaults(handler=cmd_setup_parsers)
 
 
@@ -162,10 +234,12 @@ def cmd_setup_parsers(args: argparse.Namespace) -> int:
     root = args.venv_root
     if args.adapters:
         for environment in known.values():
-            if installed(environment, root):
+            if installed(environment, root) and environment.adapters:
                 print("\n".join(environment.adapter_options(root)))
         return 0
-    names: Sequence[str] = args.names or ([n for n, e in known.items() if e.extra or e.into_current] if args.all else [])
+    names: Sequence[str] = args.names or (
+        [n for n, e in known.items() if e.extra or e.into_current] if args.all else []
+    )
     if not names:
         for environment in known.values():
             state = "built" if installed(environment, root) else "not built"
@@ -189,4 +263,6 @@ def cmd_setup_parsers(args: argparse.Namespace) -> int:
 def _fresh(environment: Environment, root: Path) -> bool:
     """Built after its closure files last changed."""
     stamp = environment.stamp(root).stat().st_mtime
-    return all((bundled("requirements") / f).stat().st_mtime <= stamp for f in environment.requirements)
+    return all(
+        (bundled("requirements") / f).stat().st_mtime <= stamp for f in environment.closure_files()
+    )
