@@ -49,6 +49,8 @@ from k2conform.adapter.contract import (
 from k2conform.adapter.glue import load_once, module_from_file, package_dir
 from k2conform.model import Delta, Request, Result, StreamEvent, ToolCall, ToolCallDelta
 
+from k2conform_adapters.reproducible import Reproducible
+
 RUST_PARSER_NAME = "KimiK2ToolParser"
 TOOL_CALL_START_TOKEN = markers.SECTION_BEGIN
 EXTENSION = "_rust_tool_parser.abi3.so"
@@ -56,9 +58,10 @@ EXTENSION = "_rust_tool_parser.abi3.so"
 MASKED_RANDOM_ID = "chatcmpl-tool-<random>"
 
 
-class AphroditeRustAdapter(Adapter):
+class AphroditeRustAdapter(Reproducible, Adapter):
     """aphrodite's Rust ``KimiK2ToolParser`` through the server's ``RustToolParser`` bridge."""
 
+    repro_driver = "aphrodite"
     name = "aphrodite"
     package = "aphrodite-engine"
     supported_versions = ("0.24.1",)
@@ -179,17 +182,3 @@ class AphroditeRustAdapter(Adapter):
                 continue
             events.append(StreamEvent(content=content, tool_calls=tuple(calls)))
         return events
-
-    def repro_script(
-        self,
-        request: Request,
-        deltas: Sequence[Delta],
-        mode: str,
-        *,
-        expected: dict | None = None,
-        case_id: str = "case",
-    ) -> str:
-        """A standalone script that drives the parser the same way, importing only its package."""
-        from k2conform_adapters.repro import build_script
-
-        return build_script("aphrodite", request, deltas, mode, expected=expected, case_id=case_id)

@@ -61,6 +61,8 @@ from k2conform.adapter.contract import (
 )
 from k2conform.model import Delta, Request, Result, StreamEvent
 
+from k2conform_adapters.reproducible import Reproducible
+
 PARSER = "kimi_k2"
 #: What ``add_generation_prompt`` leaves at the end of a Kimi prompt.
 GENERATION_PROMPT = f"{markers.IM_ASSISTANT}assistant{markers.IM_MIDDLE}"
@@ -106,9 +108,10 @@ def _install_stubs(root: Path) -> None:
     sys.modules.setdefault("eformer.loggings", loggings)
 
 
-class EasydelAdapter(Adapter):
+class EasydelAdapter(Reproducible, Adapter):
     """easydel's ``KimiK2ToolParser`` behind eSurge's ``DelegatingParser``."""
 
+    repro_driver = "easydel"
     name = "easydel"
     package = "easydel"
     supported_versions = ("0.3.0",)
@@ -218,17 +221,3 @@ class EasydelAdapter(Adapter):
         return glue.event_of(
             message, glue.RandomIds.chatcmpl(), reasoning_field="reasoning_content"
         )
-
-    def repro_script(
-        self,
-        request: Request,
-        deltas: Sequence[Delta],
-        mode: str,
-        *,
-        expected: dict | None = None,
-        case_id: str = "case",
-    ) -> str:
-        """A standalone script that drives the parser the same way, importing only its package."""
-        from k2conform_adapters.repro import build_script
-
-        return build_script("easydel", request, deltas, mode, expected=expected, case_id=case_id)

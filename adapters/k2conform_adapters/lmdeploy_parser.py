@@ -39,6 +39,8 @@ from k2conform.adapter.contract import (
 from k2conform.adapter.glue import RandomIds, build_chat_request, event_of, load_once, tool_calls_of
 from k2conform.model import Delta, Request, Result, StreamEvent
 
+from k2conform_adapters.reproducible import Reproducible
+
 #: lmdeploy's ids: ``chatcmpl-tool-`` + ``shortuuid.random()`` (letters and digits).
 RANDOM_ID_ALPHABET = "0-9A-Za-z"
 
@@ -50,9 +52,10 @@ class _KimiVocabulary:
         return dict(markers.SPECIAL_TOKEN_IDS)
 
 
-class LmdeployAdapter(Adapter):
+class LmdeployAdapter(Reproducible, Adapter):
     """lmdeploy's default ``ResponseParser`` with ``--tool-call-parser kimi_k2``."""
 
+    repro_driver = "lmdeploy"
     name = "lmdeploy"
     package = "lmdeploy"
     supported_versions = ("0.18.0",)
@@ -127,17 +130,3 @@ class LmdeployAdapter(Adapter):
                 if event is not None:
                     events.append(event)
         return events
-
-    def repro_script(
-        self,
-        request: Request,
-        deltas: Sequence[Delta],
-        mode: str,
-        *,
-        expected: dict | None = None,
-        case_id: str = "case",
-    ) -> str:
-        """A standalone script that drives the parser the same way, importing only its package."""
-        from k2conform_adapters.repro import build_script
-
-        return build_script("lmdeploy", request, deltas, mode, expected=expected, case_id=case_id)

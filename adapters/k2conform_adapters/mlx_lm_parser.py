@@ -54,6 +54,8 @@ from k2conform.adapter.contract import (
 from k2conform.adapter.glue import RandomIds, load_once, module_from_file, package_dir
 from k2conform.model import Delta, Request, Result, StreamEvent, ToolCall, ToolCallDelta
 
+from k2conform_adapters.reproducible import Reproducible
+
 #: ``str(uuid.uuid4())``: the id of a call whose parse gave none.
 RANDOM_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 MASKED_RANDOM_ID = "uuid4-<random>"
@@ -79,9 +81,10 @@ def extract_definitions(
     return namespace
 
 
-class MlxLmAdapter(Adapter):
+class MlxLmAdapter(Reproducible, Adapter):
     """mlx-lm's ``kimi_k2`` ``parse_tool_call`` behind the server's text state machine."""
 
+    repro_driver = "mlx_lm"
     name = "mlx-lm"
     package = "mlx-lm"
     supported_versions = ("0.32.2",)
@@ -201,20 +204,6 @@ class MlxLmAdapter(Adapter):
     def parse_stream(self, request: Request, deltas: Sequence[Delta]) -> list[StreamEvent]:
         self.load()
         return self._run(request, [d.text for d in deltas], stream=True)[0]
-
-    def repro_script(
-        self,
-        request: Request,
-        deltas: Sequence[Delta],
-        mode: str,
-        *,
-        expected: dict | None = None,
-        case_id: str = "case",
-    ) -> str:
-        """A standalone script that drives the parser the same way, importing only its package."""
-        from k2conform_adapters.repro import build_script
-
-        return build_script("mlx_lm", request, deltas, mode, expected=expected, case_id=case_id)
 
 
 class _ToolCallFormatter:

@@ -44,6 +44,8 @@ from k2conform.adapter.contract import (
 from k2conform.adapter.glue import RandomIds, definitions_from_source, load_once, package_dir
 from k2conform.model import Delta, Request, Result, StreamEvent, ToolCall
 
+from k2conform_adapters.reproducible import Reproducible
+
 #: The stub modules: each name's release definitions, and the file they are read from.
 STUBBED = {
     "swift.infer_engine": (
@@ -54,9 +56,10 @@ STUBBED = {
 }
 
 
-class MsSwiftAdapter(Adapter):
+class MsSwiftAdapter(Reproducible, Adapter):
     """ms-swift's ``kimi_k25`` agent template behind ``swift deploy``'s response handling."""
 
+    repro_driver = "ms_swift"
     name = "ms-swift"
     package = "ms-swift"
     supported_versions = ("4.6.0",)
@@ -108,17 +111,3 @@ class MsSwiftAdapter(Adapter):
             "the raw text and runs the same one-shot parse on the finished "
             "response"
         )
-
-    def repro_script(
-        self,
-        request: Request,
-        deltas: Sequence[Delta],
-        mode: str,
-        *,
-        expected: dict | None = None,
-        case_id: str = "case",
-    ) -> str:
-        """A standalone script that drives the parser the same way, importing only its package."""
-        from k2conform_adapters.repro import build_script
-
-        return build_script("ms_swift", request, deltas, mode, expected=expected, case_id=case_id)

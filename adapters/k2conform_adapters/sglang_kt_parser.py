@@ -26,7 +26,6 @@ that are not parser calls are re-stated from that file, as in ``sglang_parser``.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
 from typing import Any
 
 from k2conform.adapter import glue
@@ -50,6 +49,7 @@ class SglangKtAdapter(SglangAdapter):
     """The fork's ``FunctionCallParser(tools, "kimi_k2")`` behind its ``kimi_k2`` reasoning
     parser, as the fork's ``serving_chat`` calls them."""
 
+    repro_driver = "sglang_kt"
     name = "sglang-kt"
     package = "sglang-kt"
     supported_versions = ("0.7.2",)
@@ -109,17 +109,3 @@ class SglangKtAdapter(SglangAdapter):
     def parse_whole(self, request: Request, output: Delta) -> Result:
         result = super().parse_whole(request, output)
         return dataclasses.replace(result, content=result.content or None)
-
-    def repro_script(
-        self,
-        request: Request,
-        deltas: Sequence[Delta],
-        mode: str,
-        *,
-        expected: dict | None = None,
-        case_id: str = "case",
-    ) -> str:
-        """A standalone script that drives the fork the same way, importing only its package."""
-        from k2conform_adapters.repro import build_script
-
-        return build_script("sglang_kt", request, deltas, mode, expected=expected, case_id=case_id)

@@ -54,6 +54,8 @@ from k2conform.adapter.contract import (
 from k2conform.adapter.glue import build_chat_request, load_once
 from k2conform.model import Delta, Request, Result, StreamEvent, ToolCall, ToolCallDelta
 
+from k2conform_adapters.reproducible import Reproducible
+
 PARSER = "kimi_k2"
 
 
@@ -90,9 +92,10 @@ GLUE = {
 }
 
 
-class SglangAdapter(Adapter):
+class SglangAdapter(Reproducible, Adapter):
     """SGLang's ``FunctionCallParser(tools, "kimi_k2")`` behind its ``kimi_k2`` reasoning parser."""
 
+    repro_driver = "sglang"
     name = "sglang"
     package = "sglang"
     supported_versions = tuple(GLUE)  # 0.5.22 checked: identical results to 0.5.23 on every cell
@@ -319,21 +322,6 @@ class SglangAdapter(Adapter):
                 if rest is not None:
                     events.append(StreamEvent(tool_calls=(rest,)))
         return events
-
-    def repro_script(
-        self,
-        request: Request,
-        deltas: Sequence[Delta],
-        mode: str,
-        *,
-        expected: dict | None = None,
-        case_id: str = "case",
-    ) -> str:
-        """A standalone script that drives sglang the same way, importing only sglang
-        (for ``k2conform report-finding``; drivers in k2conform_adapters.repro)."""
-        from k2conform_adapters.repro import build_script
-
-        return build_script("sglang", request, deltas, mode, expected=expected, case_id=case_id)
 
 
 def _unstreamed_arguments(tool_parser: Any, *, prefix: bool) -> ToolCallDelta | None:

@@ -41,8 +41,8 @@ from k2conform.adapter.contract import (
 )
 from k2conform.adapter.glue import RandomIds, build_chat_request, event_of, load_once, tool_calls_of
 from k2conform.model import Delta, Request, Result, StreamEvent
-from k2conform_adapters.vllm_parser import load_kimi_tokenizer
 
+from k2conform_adapters.vllm_parser import load_kimi_tokenizer
 
 #: The release series whose server drove the regex-based KimiK2ToolParser this way.
 LEGACY_SERIES = ("0.10.", "0.11.")

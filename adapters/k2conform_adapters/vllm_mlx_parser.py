@@ -58,12 +58,16 @@ from k2conform.adapter.glue import (
 )
 from k2conform.model import Delta, Request, Result, StreamEvent
 
+from k2conform_adapters.reproducible import Reproducible
+
 #: The server's entry points whose definitions are run from ``server.py``.
 SERVER_STEPS = ("_extract_reasoning_and_tool_calls", "stream_chat_completion", "clean_output_text")
 
 
-class VllmMlxAdapter(Adapter):
+class VllmMlxAdapter(Reproducible, Adapter):
     """vllm-mlx's OpenAI server with ``--tool-call-parser kimi_k2``."""
+
+    repro_driver = "vllm_mlx"
 
     name = "vllm-mlx"
     package = "vllm-mlx"
@@ -156,9 +160,7 @@ class VllmMlxAdapter(Adapter):
         one-shot only (None for streams: their steps live in server.py, which needs MLX)."""
         if mode != "whole":
             return None
-        from k2conform_adapters.repro import build_script
-
-        return build_script("vllm_mlx", request, deltas, mode, expected=expected, case_id=case_id)
+        return super().repro_script(request, deltas, mode, expected=expected, case_id=case_id)
 
 
 class _ScriptedEngine:

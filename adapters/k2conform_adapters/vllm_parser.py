@@ -56,6 +56,8 @@ from k2conform.adapter.glue import (
 )
 from k2conform.model import Delta, Request, Result, StreamEvent, ToolCall
 
+from k2conform_adapters.reproducible import Reproducible
+
 #: The rendered generation prompt's tail, ``<|im_assistant|>assistant<|im_middle|>``,
 #: reduced to its marker ids: what ``parse_delta`` inspects for an open ``<think>``.
 PROMPT_TOKEN_IDS = [
@@ -87,9 +89,10 @@ def load_kimi_tokenizer() -> Any:
     return load_tokenizer()
 
 
-class VllmAdapter(Adapter):
+class VllmAdapter(Reproducible, Adapter):
     """vLLM's composed ``kimi_k2`` parser (tool parser + optional reasoning parser)."""
 
+    repro_driver = "vllm"
     name = "vllm"
     package = "vllm"
     supported_versions = (*INLINE_SERVING, "0.33.0")
@@ -313,21 +316,6 @@ class VllmAdapter(Adapter):
             ).delta
 
         return step
-
-    def repro_script(
-        self,
-        request: Request,
-        deltas: Sequence[Delta],
-        mode: str,
-        *,
-        expected: dict | None = None,
-        case_id: str = "case",
-    ) -> str:
-        """A standalone script that drives vllm the same way, importing only vllm
-        (for ``k2conform report-finding``; drivers in k2conform_adapters.repro)."""
-        from k2conform_adapters.repro import build_script
-
-        return build_script("vllm", request, deltas, mode, expected=expected, case_id=case_id)
 
 
 def _inline_step(parser: Any, chat_request: Any) -> Callable[[Delta, bool], Any]:

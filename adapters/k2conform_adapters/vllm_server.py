@@ -53,10 +53,10 @@ from pathlib import Path
 from typing import Any
 
 from k2conform import markers
-from k2conform.resources import checkout_root
 from k2conform.adapter import Adapter, AdapterGlueError, AdapterUnavailable, call_parser
 from k2conform.adapter.glue import RandomIds, event_of, tool_calls_of
 from k2conform.model import Delta, Request, Result, StreamEvent
+from k2conform.resources import checkout_root
 from k2conform.run.cell import RETRY_FACTOR
 
 SERVER_MODES = ("server-whole", "server-stream")
