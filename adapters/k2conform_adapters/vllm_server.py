@@ -140,7 +140,9 @@ class VllmServer:
         max_num_seqs: int | None = None,
         start_timeout: float | None = None,
     ) -> None:
-        self.dir = Path(run_dir) / "vllm-server"
+        # Absolute: the server runs in its own working directory, and a relative model path
+        # would be read there as a Hugging Face repo id.
+        self.dir = Path(run_dir).resolve() / "vllm-server"
         self.venv = venv or venv_dir()
         self.port = port or _free_port()
         self.reasoning = (
