@@ -2,8 +2,19 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from k2conform.errors import UsageError
 from k2conform.resources import bundled
-from k2conform.setup.parsers import K2CONFORM_CLOSURE, environments
+from k2conform.setup import parsers
+from k2conform.setup.parsers import K2CONFORM_CLOSURE, environments, installed
+
+ROOT = Path(__file__).resolve().parents[1]
+VENVS = Path(os.environ.get("K2CONFORM_VENVS", ROOT / ".venvs"))
 
 
 def test_an_environment_of_its_own_gets_k2conforms_dependencies_first():
@@ -13,7 +24,7 @@ def test_an_environment_of_its_own_gets_k2conforms_dependencies_first():
     known = environments()
     assert known["parsers"].closure_files() == known["parsers"].requirements  # the project venv
     for name, environment in known.items():
-        if environment.into_current:
+        if environment.into_current or environment.over:
             continue
         assert environment.closure_files()[0] == K2CONFORM_CLOSURE, name
         assert environment.closure_files()[1:] == environment.requirements, name
@@ -29,3 +40,39 @@ def test_every_closure_file_named_by_an_environment_exists():
     for name, environment in environments().items():
         for closure in environment.closure_files():
             assert (bundled("requirements") / closure).is_file(), (name, closure)
+
+
+def test_a_layer_installs_only_its_own_pins_over_a_base_that_is_no_layer(tmp_path, monkeypatch):
+    """A release environment is a layer over the project venv's closure: its closure is its
+    own pins alone (k2conform's dependencies and torch come from the base), and a layer over
+    a layer, or over an environment that does not exist, is refused with one line."""
+    known = environments()
+    layers = [e for e in known.values() if e.over]
+    assert layers, "the release environments are layers over 'parsers'"
+    for environment in layers:
+        assert environment.closure_files() == environment.requirements
+        assert K2CONFORM_CLOSURE not in environment.closure_files()
+    table = (bundled("requirements") / "environments.toml").read_text()
+    for over in ("vllm-0.30.0", "no-such-environment"):
+        (tmp_path / "requirements").mkdir(exist_ok=True)
+        (tmp_path / "requirements" / "environments.toml").write_text(
+            table + f'\n["bad-layer"]\nrequirements = []\nadapters = []\nover = "{over}"\n'
+        )
+        monkeypatch.setattr(parsers, "bundled", lambda name: tmp_path / name)
+        with pytest.raises(UsageError, match=f"'bad-layer': field 'over' .*{over!r}"):
+            parsers.environments()
+
+
+def test_a_built_layer_sees_its_own_release_first_and_the_base_behind_it():
+    """The layer's vllm shadows the project venv's 0.33.0; torch is the base's one copy."""
+    environment = environments()["vllm-0.30.0"]
+    if not installed(environment, VENVS):
+        pytest.skip("vllm-0.30.0 is not built (k2conform setup-parsers vllm-0.30.0)")
+    python = str(environment.venv(VENVS) / "bin" / "python")
+    code = (
+        "import importlib.metadata as m, torch, vllm, sys; "
+        "print(m.version('vllm'), vllm.__file__.startswith(sys.prefix), "
+        "torch.__file__.startswith(sys.prefix))"
+    )
+    shown = subprocess.run([python, "-c", code], capture_output=True, text=True, check=True)
+    assert shown.stdout.split() == ["0.30.0", "True", "False"]

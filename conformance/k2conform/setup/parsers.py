@@ -45,11 +45,15 @@ class Environment:
     description: str = ""
     into_current: bool = False
     extra: bool = False
+    over: str | None = None
 
     def closure_files(self) -> tuple[str, ...]:
         """The closure files installed, in order: an environment of its own gets k2conform's
-        own dependencies first (k2conform is installed there --no-deps)."""
-        return self.requirements if self.into_current else (K2CONFORM_CLOSURE, *self.requirements)
+        own dependencies first (k2conform is installed there --no-deps), unless it is a layer
+        over another environment, which has them already."""
+        if self.into_current or self.over:
+            return self.requirements
+        return (K2CONFORM_CLOSURE, *self.requirements)
 
     def venv(self, root: Path) -> Path:
         return Path(sys.prefix) if self.into_current else root / self.name
@@ -86,11 +90,19 @@ def environments() -> dict[str, Environment]:
                 description=entry.get("description", ""),
                 into_current=entry.get("into") == "current",
                 extra=bool(entry.get("extra", False)),
+                over=entry.get("over"),
             )
         except (KeyError, TypeError) as error:
             raise UsageError(
                 f"{path}: environment {name!r}: missing or bad field {error}"
             ) from None
+    for environment in found.values():
+        base = found.get(environment.over) if environment.over else None
+        if environment.over and (base is None or base.over or environment.into_current):
+            raise UsageError(
+                f"{path}: environment {environment.name!r}: field 'over' must name an "
+                f"environment that is not itself a layer (got {environment.over!r})"
+            )
     return found
 
 
@@ -109,6 +121,12 @@ def install(
     """Build (or refresh) one environment; returns its venv.  Raises UsageError with one line."""
     venv = environment.venv(root)
     started = time.monotonic()
+    base = environments()[environment.over] if environment.over else None
+    if base is not None and not installed(base, root):
+        raise UsageError(
+            f"environment {environment.name} is a layer over {base.name}, which is not built: "
+            f"k2conform setup-parsers {base.name}"
+        )
     requirements = [bundled("requirements") / name for name in environment.closure_files()]
     for path in requirements:
         if not path.is_file():
@@ -135,6 +153,11 @@ def install(
             "upgrade pip",
         )
     python = str(venv / "bin" / "python")
+    layer = _layer_file(python, base.name) if base is not None else None
+    if layer is not None:
+        # pip must not see the base while installing: it would uninstall the base's copy of
+        # a package this layer pins (vllm 0.33.0 from the project venv, say).
+        layer.unlink(missing_ok=True)
     log(
         f"== {environment.name}: installing {pins} pinned packages --no-deps "
         f"({', '.join(environment.closure_files())})"
@@ -154,10 +177,31 @@ def install(
             [python, "-m", "pip", "install", "--no-deps", *spec],
             "install k2conform",
         )
+    if layer is not None:
+        base_packages = _site_packages(str(base.venv(root) / "bin" / "python"))
+        layer.write_text(f"import site; site.addsitedir({str(base_packages)!r})\n")
+        log(f"== {environment.name}: a layer over {base.name} ({base.venv(root)})")
     log(f"== {environment.name}: {pip_check_summary(python)}")
     environment.stamp(root).write_text(f"{environment.name} {' '.join(environment.requirements)}\n")
     log(f"== {environment.name}: ready in {time.monotonic() - started:.0f} s ({venv})")
     return venv
+
+
+def _site_packages(python: str) -> Path:
+    done = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return Path(done.stdout.strip())
+
+
+def _layer_file(python: str, base: str) -> Path:
+    """The ``.pth`` file that puts the base environment's packages after the layer's own: the
+    layer's pins shadow the base's, everything else (torch, transformers, k2conform's own
+    dependencies) is the base's, installed once."""
+    return _site_packages(python) / f"k2conform-layer-over-{base}.pth"
 
 
 def _step(environment: Environment, venv: Path, command: list[str], what: str) -> None:
