@@ -6,7 +6,7 @@ import pytest
 
 from k2conform import markers as mk
 from k2conform.delivery.modes import MODES, TOKEN_ALIGNED_MODES, case_seed, deliveries
-from k2conform.model import StreamEvent, ToolCall, ToolCallDelta
+from k2conform.model import Delta, StreamEvent, ToolCall, ToolCallDelta
 from k2conform.judge.stream import assemble
 from k2conform.delivery.tokenizer import load_tokenizer
 
@@ -160,3 +160,45 @@ def test_the_finish_reason_is_kept_and_nothing_may_follow_its_chunk():
     assert assemble([StreamEvent(content="Hi")]).result.meta == {}
     trailing = assemble([StreamEvent(finish_reason="stop"), StreamEvent(content="x")])
     assert trailing.result.meta == {"finish_reason": "stop"}  # a trailing chunk keeps it
+
+
+def test_stream_after_cutoff_sends_the_case_per_token_after_a_call_cut_off_mid_arguments():
+    (token,) = deliveries(TEXT, "stream-token", TOKENIZER)
+    (after,) = deliveries(TEXT, "stream-after-cutoff", TOKENIZER, tool="read_file")
+    assert after.deltas == token.deltas and not token.prelude
+    prelude = "".join(d.text for d in after.prelude)
+    assert prelude.startswith(mk.SECTION_BEGIN + mk.CALL_BEGIN + "functions.read_file:0")
+    assert prelude.endswith('{"city": "Par') and mk.CALL_END not in prelude
+    assert all(len(d.token_ids) == 1 for d in after.prelude)
+
+
+class _Remembering:
+    """A parser that keeps what an earlier stream left: the leak stream-after-cutoff exists for."""
+
+    def __init__(self, adapter):
+        self.adapter, self.name, self.left = adapter, "remembering", ""
+
+    def version(self):
+        return "0"
+
+    def parse_stream(self, request, deltas):
+        events = self.adapter.parse_stream(request, (Delta(self.left), *deltas))
+        self.left = "".join(d.text for d in deltas)
+        return events
+
+
+def test_a_parser_that_keeps_state_between_requests_differs_only_after_the_cutoff():
+    from k2conform.adapter.harness import execute
+    from k2conform.adapter.registry import create_adapter
+    from k2conform.model import Request
+
+    reference = create_adapter("reference")
+    request = Request(tools=({"type": "function", "function": {"name": "get_weather"}},))
+    (token,) = deliveries(TEXT, "stream-token", TOKENIZER)
+    (after,) = deliveries(TEXT, "stream-after-cutoff", TOKENIZER)
+    fresh = execute(reference, request, token)
+    assert execute(reference, request, after).tool_calls == fresh.tool_calls
+    assert execute(reference, request, after).meta["prelude"] == "ok"
+    leaky = _Remembering(reference)
+    assert execute(leaky, request, token).tool_calls == fresh.tool_calls
+    assert execute(leaky, request, after).tool_calls != fresh.tool_calls

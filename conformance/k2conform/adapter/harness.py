@@ -37,7 +37,13 @@ def guarded(call: Callable[[], T]) -> T | Result:
 
 
 def execute(adapter: Adapter, request: Request, delivery: Delivery) -> Result:
-    """The adapter's result for this delivery, with outcome and provenance in ``meta``."""
+    """The adapter's result for this delivery, with outcome and provenance in ``meta``.  A
+    delivery's prelude goes through the same adapter first, as an earlier request; what the
+    parser made of it is not judged, only whether it then crashed (``meta.prelude``)."""
+    prelude = None
+    if delivery.prelude:
+        earlier = guarded(lambda: assemble(adapter.parse_stream(request, delivery.prelude)))
+        prelude = earlier.outcome.value if isinstance(earlier, Result) else "ok"
     if delivery.streaming:
         assembled = guarded(lambda: assemble(adapter.parse_stream(request, delivery.deltas)))
         result = (
@@ -53,4 +59,6 @@ def execute(adapter: Adapter, request: Request, delivery: Delivery) -> Result:
     meta = {"adapter": adapter.name, "version": adapter.version(), "delivery": delivery.label}
     if delivery.seed is not None:
         meta["seed"] = delivery.seed
+    if prelude is not None:
+        meta["prelude"] = prelude
     return result.with_meta(**meta)

@@ -26,6 +26,9 @@ MODES: dict[str, str] = {
     "whole": "the complete output, through the one-shot API",
     "stream-token": "one token per delta, as an engine streams it",
     "stream-burst": "BURST tokens per delta (default 4), as speculative decoding streams it",
+    "stream-after-cutoff": "one token per delta, right after another stream through the same "
+    "adapter was cut off inside a call's arguments (nothing one request leaves behind may reach "
+    "the next)",
     "stream-char": "one character per delta (text-level, no token ids)",
     "stream-marker-split": "9 streams that together cut every marker at every inner offset; text "
     "between markers in one delta (text-level)",
@@ -42,10 +45,19 @@ SERVER_MODES = ("server-whole", "server-stream")
 #: Not a delivery mode: the column ``k2conform grammar`` adds (an engine's own grammar against its
 #: own parser, docs/grammar.md).  What its grammar admits reaches the parser token-aligned.
 GRAMMAR_MODE = "grammar"
-TOKEN_ALIGNED_MODES = ("whole", "stream-token", "stream-burst", *SERVER_MODES, GRAMMAR_MODE)
+TOKEN_ALIGNED_MODES = (
+    "whole",
+    "stream-token",
+    "stream-burst",
+    "stream-after-cutoff",
+    *SERVER_MODES,
+    GRAMMAR_MODE,
+)
 #: Deliveries that cut the text without regard to tokens, as a text replay or a proxy does.
 TEXT_LEVEL_MODES = tuple(m for m in MODES if m not in TOKEN_ALIGNED_MODES)
-DEFAULT_MODES = tuple(m for m in MODES if m != "stream-recorded" and m not in SERVER_MODES)
+DEFAULT_MODES = tuple(
+    m for m in MODES if m not in ("stream-recorded", "stream-after-cutoff", *SERVER_MODES)
+)
 
 
 def adapter_modes(adapter: object) -> tuple[str, ...]:
@@ -55,6 +67,12 @@ def adapter_modes(adapter: object) -> tuple[str, ...]:
     )
 
 
+#: The stream ``stream-after-cutoff`` sends first and does not judge: a call cut off inside its
+#: arguments, the most a parser holds at the moment a client goes away (``{tool}``: the case's
+#: first declared tool, so the earlier request is one the same server could have had).
+CUTOFF_PRELUDE = (
+    f'{mk.SECTION_BEGIN}{mk.CALL_BEGIN}functions.{{tool}}:0{mk.ARGUMENT_BEGIN}{{{{"city": "Par'
+)
 DEFAULT_BURST = 4
 DEFAULT_SEED = 20261130
 MARKER_SPLIT_STRIDE = 9
@@ -75,6 +93,8 @@ class Delivery:
     deltas: tuple[Delta, ...]
     variant: str = ""
     seed: int | None = None
+    #: Sent through the same adapter first, its result not judged (``stream-after-cutoff``).
+    prelude: tuple[Delta, ...] = ()
 
     @property
     def label(self) -> str:
@@ -106,8 +126,10 @@ def deliveries(
     seed: int = DEFAULT_SEED,
     recorded: Sequence[str] | None = None,
     burst: int = DEFAULT_BURST,
+    tool: str = "get_weather",
 ) -> list[Delivery]:
-    """The deliveries of ``text`` in ``mode`` (marker splits give several; others one)."""
+    """The deliveries of ``text`` in ``mode`` (marker splits give several; others one);
+    ``tool`` names the call ``stream-after-cutoff``'s prelude cuts off."""
     text = engine_output(text)
     spans = tokenizer.tokenize_spans(text)
     if "".join(piece for _, piece in spans) != text:
@@ -115,7 +137,10 @@ def deliveries(
     if mode in ("whole", *SERVER_MODES):
         return [Delivery(mode, (Delta(text, tuple(i for i, _ in spans)),))]
     if mode == "stream-token":
-        return [Delivery(mode, tuple(Delta(piece, (i,)) for i, piece in spans))]
+        return [Delivery(mode, _per_token(spans))]
+    if mode == "stream-after-cutoff":
+        prelude = _per_token(tokenizer.tokenize_spans(CUTOFF_PRELUDE.format(tool=tool)))
+        return [Delivery(mode, _per_token(spans), variant=f"after {tool}", prelude=prelude)]
     if mode == "stream-burst":
         groups = [spans[k : k + burst] for k in range(0, len(spans), burst)]
         deltas = tuple(Delta("".join(p for _, p in g), tuple(i for i, _ in g)) for g in groups)
@@ -140,6 +165,15 @@ def deliveries(
             bounds.append(position)
         return [Delivery(mode, cut(text, bounds[:-1]))]
     raise ValueError(f"unknown delivery mode {mode!r} (known: {', '.join(MODES)})")
+
+
+def cutoff_tool(tool_names: Sequence[str]) -> str:
+    """The tool ``stream-after-cutoff``'s prelude calls: the case's first declared one."""
+    return tool_names[0] if tool_names else "get_weather"
+
+
+def _per_token(spans: list[tuple[int, str]]) -> tuple[Delta, ...]:
+    return tuple(Delta(piece, (i,)) for i, piece in spans)
 
 
 def _marker_splits(text: str, spans: list[tuple[int, str]]) -> list[Delivery]:

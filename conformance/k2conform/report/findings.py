@@ -20,7 +20,7 @@ from typing import Any
 
 from k2conform.delivery import modes as dl
 from k2conform.gate.baseline import TODO, Baseline, BaselineEntry, gate
-from k2conform.model import Cell, Delta, RunResults
+from k2conform.model import Cell, Delta, RunResults, tool_name
 
 TOKEN_ALIGNED = "token-aligned"
 TEXT_LEVEL = "text-level"
@@ -217,6 +217,7 @@ def delivered_deltas(case: Mapping[str, Any], cell: Cell, seed: int) -> tuple[De
         seed=dl.case_seed(seed, cell.case),
         recorded=case.get("deltas"),
         burst=_burst(cell.variant) or dl.DEFAULT_BURST,
+        tool=dl.cutoff_tool([tool_name(t) for t in case.get("request", {}).get("tools", ())]),
     )
     return next((v.deltas for v in variants if v.label in (cell.variant, mode)), None)
 

@@ -129,6 +129,7 @@ def cmd_report_finding(args: argparse.Namespace) -> int:
         seed=dl.case_seed(args.seed, case.id),
         recorded=case.deltas,
         burst=args.burst,
+        tool=dl.cutoff_tool(case.request.tool_names),
     )
     variant = next((v for v in variants if v.label == cell.variant), variants[0])
 

@@ -122,6 +122,7 @@ def run_cell(
         seed=dl.case_seed(settings.seed, case.id),
         recorded=case.deltas,
         burst=settings.burst,
+        tool=dl.cutoff_tool(case.request.tool_names),
     )
     cache = whole_cache if whole_cache is not None else {}
     try:
