@@ -265,10 +265,20 @@ class Engine:
 
     def name(self):
         return "engine"  # MARK: name
+
+
+class OtherFamilyEngine(Engine):
+    def feed(self, text):
+        return text.upper()  # MARK: other family
+
+
+class HelperEngine(Engine):
+    def feed(self, text):
+        return text.lower()  # MARK: helper
 """
 
 KIMI = """
-from {package}.engine import Config, Engine, State, Transition
+from {package}.engine import Config, Engine, HelperEngine, State, Transition
 
 
 def kimi_config(thinking):
@@ -278,6 +288,9 @@ def kimi_config(thinking):
 class KimiEngine(Engine):
     def describe(self):
         return "kimi"
+
+    def helper(self):
+        return HelperEngine  # a class Kimi's own code names stays reachable
 
     def name(self):
         return "kimi " + super().name()
@@ -323,6 +336,8 @@ def test_reachability_rules_on_a_toy_engine(tmp_path, monkeypatch):
     assert "replaced by KimiEngine.describe" in unreachable[marks["describe"]]
     assert marks["name"] not in unreachable  # the override calls it through super()
     assert marks["plain"] not in unreachable
+    assert "OtherFamilyEngine is another family's Engine" in unreachable[marks["other family"]]
+    assert marks["helper"] not in unreachable
 
 
 def test_code_one_kimi_configuration_reaches_stays_reachable(tmp_path, monkeypatch):
@@ -344,3 +359,117 @@ def test_vllm_engine_code_only_other_families_configure_is_found():
     reasons = {found[paths[1]].unreachable.get(n, "") for n in range(array_body, array_body + 12)}
     assert any("only called from code Kimi cannot reach" in r for r in reasons), reasons
     assert not found[paths[0]].unreachable  # every line of Kimi's own parser is Kimi's
+
+
+# -- the reviewed list of unreachable code (k2conform/coverage/unreachable.toml) -------------
+
+REFERENCE_FILE = "k2conform/reference/parser.py"
+
+
+def reviewed_entry(line: int, text: str, reason: str = "", **extra) -> str:
+    fields = {"release": "0.1.0", "file": REFERENCE_FILE, "line": line, **extra, "text": text}
+    body = "".join(f"{key} = {json.dumps(value)}\n" for key, value in fields.items())
+    reason = reason or "a test entry: the reason says why no Kimi output reaches it"
+    return f"[[entry]]\n{body}reason = {json.dumps(reason)}\n\n"
+
+
+def reference_coverage(tmp_path: Path, unreachable: Path | None, name: str) -> dict:
+    corpus = tmp_path / "corpus"
+    corpus.mkdir(exist_ok=True)
+    write_case(corpus, "i_cov_standard_id", "functions.get_weather:0")
+    out = tmp_path / f"{name}.json"
+    extra = ["--unreachable", str(unreachable)] if unreachable else []
+    completed = run(
+        "coverage",
+        "--adapter",
+        "reference",
+        "--corpus",
+        str(corpus),
+        "--delivery",
+        "whole",
+        "--json",
+        str(out),
+        *extra,
+    )
+    assert completed.returncode == 0, completed.stderr
+    document = json.loads(out.read_text(encoding="utf-8"))
+    document["stdout"] = completed.stdout
+    return document
+
+
+def test_reviewed_entries_leave_the_denominator_and_stale_ones_are_reported(tmp_path):
+    empty = tmp_path / "empty.toml"
+    empty.write_text("", encoding="utf-8")
+    plain = measured_file(reference_coverage(tmp_path, empty, "plain"), "reference", REFERENCE_FILE)
+    source = plain["source"].splitlines()
+    missed = next(
+        line for line in plain["missing_lines"] if str(line) not in plain["unreachable_lines"]
+    )
+    ran = plain["executed_lines"][-1]
+    arcs = {tuple(a) for a in plain["executed_branches"]}
+    untaken = next(
+        (a, b)
+        for a, b in plain["missing_branches"]
+        if b != missed and a != missed and (a, b) not in arcs
+    )
+    text = lambda line: source[line - 1].strip()  # noqa: E731
+    listed = tmp_path / "unreachable.toml"
+    listed.write_text(
+        reviewed_entry(missed, text(missed))  # used: a line that did not run
+        + reviewed_entry(untaken[0], text(untaken[0]), to=untaken[1])  # used: an untaken branch
+        + reviewed_entry(ran, text(ran))  # stale: it ran
+        + reviewed_entry(missed, "this is not the line")  # stale: the release changed
+        + reviewed_entry(len(source) + 5, "past the end")  # stale: no such line
+        + reviewed_entry(1, text(1), release="0.0.0-other"),  # another release: not used
+        encoding="utf-8",
+    )
+    document = reference_coverage(tmp_path, listed, "listed")
+    entry = measured_file(document, "reference", REFERENCE_FILE)
+    assert entry["reviewed_entries"] == 2
+    assert missed in entry["reviewed_lines"]
+    assert entry["unreachable_lines"][str(missed)].startswith("unreachable (reviewed): ")
+    assert list(untaken) in entry["reviewed_branches"]
+    problems = sorted(s["problem"] for s in entry["stale_reviewed"])
+    assert len(problems) == 3, problems
+    assert any(p == f"line {ran} ran: it is reachable" for p in problems)
+    assert any(p.startswith(f"line {missed} now reads") for p in problems)
+    assert any("past the end of the file" in p for p in problems)
+    kimi_before, kimi_after = plain["kimi_figures"], entry["kimi_figures"]
+    assert kimi_after["lines"]["total"] == kimi_before["lines"]["total"] - 1
+    assert kimi_after["branches"]["total"] < kimi_before["branches"]["total"]
+    assert entry["figures"] == plain["figures"]  # the raw figures do not move
+    assert (
+        f"STALE reviewed entry {REFERENCE_FILE}:{ran} (0.1.0): line {ran} ran" in document["stdout"]
+    )
+    assert "unreachable (reviewed): k2conform/reference/parser.py: 1 lines" in document["stdout"]
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        ('[[entry]]\nrelease = "0.1.0"\nfile = "x.py"\nline = 3\ntext = "x"\n', "'reason'"),
+        (reviewed_entry(3, "x", release=7), "'release'"),
+        (reviewed_entry(0, "x"), "'line'"),
+        (reviewed_entry(3, "x", reason="because"), "'reason'"),
+        (reviewed_entry(3, "x", end=1), "'end'"),
+        (reviewed_entry(3, "x", end=5, to=4), "'to'"),
+        (reviewed_entry(3, "x", colour="red"), "'colour'"),
+        ("[[entry]\n", "not valid TOML"),
+    ],
+)
+def test_a_malformed_reviewed_list_is_exit_2_naming_file_and_field(tmp_path, text, field):
+    bad = tmp_path / "unreachable.toml"
+    bad.write_text(text, encoding="utf-8")
+    completed = run("coverage", "--adapter", "reference", "--unreachable", str(bad))
+    assert completed.returncode == 2, completed.stderr
+    assert str(bad) in completed.stderr and field in completed.stderr
+    assert "Traceback" not in completed.stderr
+
+
+def test_the_shipped_reviewed_list_is_well_formed_and_every_entry_says_why():
+    from k2conform.coverage import reviewed
+
+    entries = reviewed.load()
+    assert entries, "the shipped list is empty: this test guards nothing"
+    for entry in entries:
+        assert entry.reason.strip() and ":" in entry.reason, entry.where  # cites file:line

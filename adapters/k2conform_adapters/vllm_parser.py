@@ -25,14 +25,25 @@ release's ``make_tool_call_id()``); streaming, ``parse_delta(..., finished=...)`
 output, empty outputs before the first token skipped, no ``tool_choice`` filter after it;
 ``get_parser`` takes the tokenizer and the parser ``set_prompt_token_ids`` from 0.32.0 on.
 
-Thinking on means the server was started with
-``--reasoning-parser kimi_k2`` and the client sent ``chat_template_kwargs={"thinking":
-true}``; thinking off means no reasoning parser and ``{"thinking": false}``.
+The server is the one ``vllm-server`` runs: started with ``--tool-call-parser kimi_k2
+--reasoning-parser kimi_k2``, so every request's parser is the composition with the reasoning
+parser, and ``thinking`` is the client's ``chat_template_kwargs={"thinking": ...}``
+(``KimiK2Parser`` reads it: thinking off builds ``kimi_k2_config(thinking=False)`` and its
+``extract_reasoning`` / ``extract_content_ids`` / ``count_reasoning_tokens`` pass everything
+through).  ``K2CONFORM_VLLM_REASONING=0`` models a server started without
+``--reasoning-parser`` instead, for thinking-off requests (thinking-on ones need it).
+
+Usage counting, as 0.33.0's ``serving.py`` does it with a parser: one-shot,
+``parser.count_reasoning_tokens(token_ids)`` right after ``parse`` (``chat_completion_full_
+generator``, every request); streaming, with a reasoning parser configured
+(``_include_reasoning_tokens_details``), ``count_reasoning_tokens(all generated ids)`` once after
+the last output (no ``continuous_usage_stats``).  The count goes to ``meta``, not compared.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import types
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -217,7 +228,7 @@ class VllmAdapter(Reproducible, Adapter):
     def _prepare(self, request: Request) -> tuple[Any, Any]:
         """The request after ``adjust_request`` (on its own instance, as the renderer does)."""
         self.load()
-        cls = self._parser_cls[request.thinking]
+        cls = self._parser_cls[request.thinking or server_reasoning_parser()]
         chat_request = build_chat_request(self._request_cls, request, choice_without_tools=None)
         chat_request = call_parser(self._new_parser(cls, chat_request).adjust_request, chat_request)
         return cls, chat_request
@@ -244,6 +255,11 @@ class VllmAdapter(Reproducible, Adapter):
             enable_auto_tools=True,
             model_output_token_ids=list(output.token_ids),
         )
+        usage = {}
+        if not self._inline:  # chat_completion_full_generator: right after parse
+            usage["reasoning_tokens"] = call_parser(
+                parser.count_reasoning_tokens, list(output.token_ids)
+            )
         ids = RandomIds.chatcmpl()
         if self._inline:
             reasoning, content, kept = inline_message_fields(
@@ -277,7 +293,7 @@ class VllmAdapter(Reproducible, Adapter):
             content=fields.content,
             reasoning=fields.reasoning,
             tool_calls=tool_calls,
-            meta=ids.meta(version=self._version),
+            meta=ids.meta(version=self._version, **usage),
         )
 
     def parse_stream(self, request: Request, deltas: Sequence[Delta]) -> list[StreamEvent]:
@@ -296,6 +312,10 @@ class VllmAdapter(Reproducible, Adapter):
             event = event_of(step(delta, n == len(steps) - 1), ids)
             if event is not None:
                 events.append(event)
+        generated = [i for delta in steps for i in delta.token_ids]
+        if not self._inline and cls.reasoning_parser_cls is not None and generated:
+            # _include_reasoning_tokens_details: the count after the last output
+            call_parser(parser.count_reasoning_tokens, tuple(generated))
         return events
 
     def _processor_step(
@@ -316,6 +336,12 @@ class VllmAdapter(Reproducible, Adapter):
             ).delta
 
         return step
+
+
+def server_reasoning_parser() -> bool:
+    """Whether the modelled server runs ``--reasoning-parser kimi_k2`` (default, as
+    ``vllm-server``); ``K2CONFORM_VLLM_REASONING=0``: it does not."""
+    return os.environ.get("K2CONFORM_VLLM_REASONING", "1") != "0"
 
 
 def _inline_step(parser: Any, chat_request: Any) -> Callable[[Delta, bool], Any]:

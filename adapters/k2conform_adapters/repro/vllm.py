@@ -34,10 +34,11 @@ MODEL_CONFIG = types.SimpleNamespace(
 def run(case: Case) -> dict[str, Any]:
     """vLLM's message for the case, one-shot or streamed."""
     tokenizer = KimiVocabulary(case)
-    # As `vllm serve --tool-call-parser kimi_k2 [--reasoning-parser kimi_k2]` composes it.
+    # As `vllm serve --tool-call-parser kimi_k2 --reasoning-parser kimi_k2` composes it (the
+    # request's `thinking` reaches the parser through chat_template_kwargs).
     cls = ParserManager.get_parser(
         tool_parser_name="kimi_k2",
-        reasoning_parser_name="kimi_k2" if case.thinking else None,
+        reasoning_parser_name="kimi_k2",
         enable_auto_tools=True,
         model_name=MODEL,
         is_harmony=False,
@@ -77,6 +78,8 @@ def parse_whole(
     reasoning, content, calls = parser.parse(
         case.text, request, enable_auto_tools=True, model_output_token_ids=case.token_ids
     )
+    # chat_completion_full_generator counts the reasoning tokens right after parse.
+    parser.count_reasoning_tokens(list(case.token_ids))
     fields = message_assembly.assemble_chat_message_fields(
         request, reasoning, content, calls, enable_auto_tools=True, parser_cls=cls
     )
@@ -107,4 +110,7 @@ def parse_stream(
                 "tool_calls": openai_call_deltas(message.tool_calls),
             }
         )
+    generated = [i for _, token_ids in case.deltas for i in token_ids]
+    if generated:  # with a reasoning parser, the server counts after the last output
+        parser.count_reasoning_tokens(tuple(generated))
     return assemble(events)

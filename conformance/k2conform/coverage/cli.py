@@ -1,8 +1,10 @@
 """``k2conform coverage``: the corpus (or a fuzz corpus, ``--replay``) through every in-process
 adapter under coverage.py, branch mode, restricted to the files each adapter declares
 (``coverage_files``, ``coverage_shared_files``); line and branch coverage per file, raw and of
-what Kimi can reach.  Exit status: 0 measured (every adapter named with --adapter, else at least
-one), 1 an adapter that should have been measured was not, 2 usage or harness error."""
+what Kimi can reach (by the rules of ``reachability``, and by the reviewed list
+``unreachable.toml``, whose stale entries are reported).  Exit status: 0 measured (every
+adapter named with --adapter, else at least one), 1 an adapter that should have been measured
+was not, 2 usage or harness error (a malformed reviewed list among them)."""
 
 from __future__ import annotations
 
@@ -58,6 +60,13 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "--html", type=Path, help="write a standalone page with every file's source marked"
     )
+    p.add_argument(
+        "--unreachable",
+        type=Path,
+        metavar="FILE",
+        help="the reviewed list of unreachable code (default: the shipped "
+        "k2conform/coverage/unreachable.toml); its stale entries are reported",
+    )
     p.set_defaults(handler=cmd_coverage)
 
 
@@ -65,7 +74,7 @@ def cmd_coverage(args: argparse.Namespace) -> int:
     from k2conform.adapter.registry import default_adapter_names
     from k2conform.case.corpus import default_corpus_dir
     from k2conform.cli import _check_writable
-    from k2conform.coverage import page
+    from k2conform.coverage import page, reviewed
     from k2conform.coverage.measure import measure
     from k2conform.coverage.sources import Source, targets
     from k2conform.run.cell import CellSettings
@@ -80,9 +89,10 @@ def cmd_coverage(args: argparse.Namespace) -> int:
         case_globs=tuple(args.case),
     )
     source.cases()  # a bad directory or an empty selection stops here, before anything runs
+    entries = reviewed.load(args.unreachable)  # a malformed list stops here, before anything runs
     _check_writable(args.json, args.html)
     measured, skipped = targets(args.adapter or default_adapter_names(), modes)
-    document = measure(measured, skipped, source, CellSettings())
+    document = measure(measured, skipped, source, CellSettings(), entries)
     if args.json:
         args.json.write_text(
             json.dumps(document, ensure_ascii=False, indent=1) + "\n", encoding="utf-8"

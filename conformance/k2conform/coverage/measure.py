@@ -24,6 +24,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
+from k2conform.coverage.reviewed import Entry
 from k2conform.coverage.sources import NotMeasured, Source, Target
 from k2conform.errors import HarnessError, UsageError
 
@@ -31,14 +32,21 @@ SCHEMA = "k2conform-coverage/1"
 
 
 def measure(
-    targets: Sequence[Target], skipped: Sequence[NotMeasured], source: Source, settings: Any
+    targets: Sequence[Target],
+    skipped: Sequence[NotMeasured],
+    source: Source,
+    settings: Any,
+    reviewed: Sequence[Entry] = (),
 ) -> dict:
-    """The coverage document of ``targets`` on the cases of ``source``."""
+    """The coverage document of ``targets`` on the cases of ``source``; ``reviewed``: the
+    entries of the reviewed-unreachable list (:mod:`k2conform.coverage.reviewed`)."""
     document: dict[str, Any] = {"adapters": []}
     if targets:
         with ProcessPoolExecutor(1, mp_context=get_context("spawn")) as pool:
             try:
-                document = pool.submit(_measure_here, tuple(targets), source, settings).result()
+                document = pool.submit(
+                    _measure_here, tuple(targets), source, settings, tuple(reviewed)
+                ).result()
             except (UsageError, HarnessError):
                 raise
             except Exception as error:
@@ -50,7 +58,9 @@ def measure(
     return document
 
 
-def _measure_here(targets: Sequence[Target], source: Source, settings: Any) -> dict:
+def _measure_here(
+    targets: Sequence[Target], source: Source, settings: Any, reviewed: Sequence[Entry] = ()
+) -> dict:
     """In the child: measure, then describe what was measured."""
     import coverage
 
@@ -74,10 +84,11 @@ def _measure_here(targets: Sequence[Target], source: Source, settings: Any) -> d
         "source_kind": "replay" if source.replay else "corpus",
         "cases": run["cases"],
         "cells": sum(sum(c.values()) for c in run["outcomes"].values()),
+        "grammar_requests": run["grammar_requests"],
         "modes": sorted({m for t in targets for m in t.modes}),
         "wall_seconds": round(wall, 1),
         "load_average": [round(x, 2) for x in os.getloadavg()],
-        "adapters": [_adapter_entry(t, run, report) for t in targets],
+        "adapters": [_adapter_entry(t, run, report, reviewed) for t in targets],
     }
 
 
@@ -125,13 +136,38 @@ def _run_cells(targets: Sequence[Target], source: Source, settings: Any) -> dict
         )
         outcomes[spec][cell.outcome.value] += 1
         progress(done, len(tasks))
+    grammars = _grammar_requests(adapters, ready, cases)
     versions = {spec: adapter.version() for spec, adapter in adapters.items()}
     return {
         "cases": len(cases),
+        "grammar_requests": grammars,
         "outcomes": outcomes,
         "availability": availability,
         "versions": versions,
     }
+
+
+def _grammar_requests(adapters: dict[str, Any], ready: Sequence[str], cases: Sequence[Any]) -> int:
+    """The request step of the grammar lane (``k2conform grammar``): the structural tag each
+    engine builds for each distinct request it may constrain, as its server does before
+    decoding (vLLM's ``adjust_request``, SGLang's ``get_structure_constraint``).  Compiling
+    and walking the grammar is the grammar lane's, in the engine's own environment."""
+    from k2conform.adapter.harness import guarded
+
+    requests = {}
+    for case in cases:
+        request = case.request
+        if request.tools and request.tool_choice != "none" and not request.server_options:
+            requests.setdefault(json.dumps(request.to_json(), sort_keys=True), request)
+    built = 0
+    for spec in ready:
+        build = getattr(adapters[spec], "structural_tag", None)
+        if build is None:
+            continue
+        for request in requests.values():
+            guarded(lambda request=request: build(request))
+            built += 1
+    return built
 
 
 def _json_report(recorder: Any, files: Sequence[str]) -> dict[str, dict]:
@@ -159,7 +195,10 @@ def _json_report(recorder: Any, files: Sequence[str]) -> dict[str, dict]:
     return by_path
 
 
-def _adapter_entry(target: Target, run: dict[str, Any], report: dict[str, dict]) -> dict[str, Any]:
+def _adapter_entry(
+    target: Target, run: dict[str, Any], report: dict[str, dict], reviewed: Sequence[Entry] = ()
+) -> dict[str, Any]:
+    from k2conform.coverage import reviewed as review
     from k2conform.coverage.reachability import CONTEXTS, analyse
 
     availability = run["availability"][target.spec]
@@ -171,8 +210,16 @@ def _adapter_entry(target: Target, run: dict[str, Any], report: dict[str, dict])
         }
     package = target.files[0][0].split("/")[0]
     reach = analyse({path: Path(real) for path, _, real in target.files}, CONTEXTS.get(package))
+    release = run["versions"][target.spec]  # the entries of the reviewed list name it
     files = [
-        _file_entry(path, role, real, report[os.path.realpath(real)], reach[path])
+        _file_entry(
+            path,
+            role,
+            real,
+            report[os.path.realpath(real)],
+            reach[path],
+            review.for_file(reviewed, path, release),
+        )
         for path, role, real in target.files
     ]
     return {
@@ -183,13 +230,20 @@ def _adapter_entry(target: Target, run: dict[str, Any], report: dict[str, dict])
         "cells": sum(run["outcomes"][target.spec].values()),
         "outcomes": dict(sorted(run["outcomes"][target.spec].items())),
         "kimi_context": package in CONTEXTS,
+        "release": release,
         "files": files,
         "totals": totals(files),
     }
 
 
-def _file_entry(path: str, role: str, real: str, data: dict, reach: Any) -> dict[str, Any]:
-    """One file: what ran and what did not, what Kimi cannot reach, the figures, the source."""
+def _file_entry(
+    path: str, role: str, real: str, data: dict, reach: Any, reviewed: Sequence[Entry] = ()
+) -> dict[str, Any]:
+    """One file: what ran and what did not, what Kimi cannot reach (by the rules and by the
+    reviewed list), the figures, the source."""
+    from k2conform.coverage import reviewed as review
+
+    source = Path(real).read_text(encoding="utf-8")
     executed, missing = set(data["executed_lines"]), set(data["missing_lines"])
     taken = [tuple(arc) for arc in data.get("executed_branches", ())]
     untaken = [tuple(arc) for arc in data.get("missing_branches", ())]
@@ -201,15 +255,30 @@ def _file_entry(path: str, role: str, real: str, data: dict, reach: Any) -> dict
     )  # the analysis was wrong there: count them as reachable
     for line in ran_anyway:
         del unreachable[line]
+    applied = review.apply(reviewed, source, executed, missing, taken, untaken)
+    by_rules = set(unreachable)
+    for line, reason in applied.lines.items():
+        unreachable.setdefault(line, reason)
     dead = {
         arc
         for arc in reach.dead_arcs(taken + untaken)
         if arc not in taken and arc[0] not in ran_anyway and arc[1] not in ran_anyway
     }
+    arc_reasons = {}
+    for arc in taken + untaken:  # arcs from or into a reviewed line
+        into_reviewed = arc[0] in applied.lines or arc[1] in applied.lines
+        if arc not in taken and arc not in dead and into_reviewed:
+            dead.add(arc)
+            arc_reasons[arc] = applied.lines.get(arc[0]) or applied.lines[arc[1]]
+    for arc, reason in applied.arcs.items():
+        if arc not in dead:
+            dead.add(arc)
+            arc_reasons[arc] = reason
+    reviewed_arcs = sorted(arc for arc in dead if arc in arc_reasons)
     return {
         "path": path,
         "role": role,
-        "source": Path(real).read_text(encoding="utf-8"),
+        "source": source,
         "never_run": not executed,
         "executed_lines": sorted(executed),
         "missing_lines": sorted(missing),
@@ -217,8 +286,15 @@ def _file_entry(path: str, role: str, real: str, data: dict, reach: Any) -> dict
         "executed_branches": sorted(map(list, taken)),
         "missing_branches": sorted(map(list, untaken)),
         "unreachable_lines": {str(line): reason for line, reason in sorted(unreachable.items())},
-        "unreachable_branches": [[a, b, reach.reason_of_arc(a, b)] for a, b in sorted(dead)],
+        "unreachable_branches": [
+            [a, b, arc_reasons.get((a, b)) or reach.reason_of_arc(a, b)] for a, b in sorted(dead)
+        ],
         "unreachable_but_ran": ran_anyway,
+        # the reviewed list's share of the two above, and its entries that no longer hold
+        "reviewed_lines": sorted(set(unreachable) - by_rules),
+        "reviewed_branches": [list(arc) for arc in reviewed_arcs],
+        "reviewed_entries": applied.used,
+        "stale_reviewed": applied.stale,
         "figures": _figures(executed, missing, taken, untaken, set()),
         "kimi_figures": _figures(executed, missing, taken, untaken, set(unreachable), dead),
     }

@@ -43,9 +43,30 @@ def console_table(document: dict[str, Any]) -> str:
         for role, total in adapter["totals"].items():
             label = f"all {ROLE_NAMES.get(role, role)} files"
             lines.append(_row(label, total["figures"], total["kimi_figures"]))
+        lines += _reviewed_lines(adapter)
         lines.append("")
     lines += [f"not measured: {a['name']}: {a['reason']}" for a in not_measured(document)]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _reviewed_lines(adapter: dict[str, Any]) -> list[str]:
+    """The reviewed list's share, per file, and each stale entry with what is wrong with it."""
+    out = []
+    for entry in adapter["files"]:
+        lines, arcs = entry.get("reviewed_lines", ()), entry.get("reviewed_branches", ())
+        if lines or arcs:
+            out.append(
+                f"  unreachable (reviewed): {entry['path']}: {len(lines)} lines, "
+                f"{len(arcs)} branches ({entry.get('reviewed_entries', 0)} entries)"
+            )
+        for stale in entry.get("stale_reviewed", ()):
+            arc = f"->{stale['to']}" if "to" in stale else ""
+            span = f"-{stale['end']}" if "end" in stale else ""
+            out.append(
+                f"  STALE reviewed entry {stale['file']}:{stale['line']}{span}{arc} "
+                f"({stale['release']}): {stale['problem']}"
+            )
+    return out
 
 
 _STYLE = """
@@ -82,9 +103,21 @@ def html_page(document: dict[str, Any]) -> str:
         for entry in adapter["files"]:
             anchor = esc(file_anchor(adapter, entry))
             title = f"{esc(adapter['name'])}: {esc(entry['path'])}"
-            parts += [f"<h2 id='{anchor}'>{title}</h2>", _source_table(entry)]
+            parts += [f"<h2 id='{anchor}'>{title}</h2>", _stale_list(entry), _source_table(entry)]
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+def _stale_list(entry: dict[str, Any]) -> str:
+    stale = entry.get("stale_reviewed", ())
+    if not stale:
+        return ""
+    items = "".join(
+        f"<li>line {s['line']}{'->' + str(s['to']) if 'to' in s else ''}: "
+        f"{html.escape(s['problem'])} (entry: {html.escape(s['reason'])})</li>"
+        for s in stale
+    )
+    return f"<p><b>Stale entries of the reviewed unreachable list</b></p><ul>{items}</ul>"
 
 
 def _source_table(entry: dict[str, Any]) -> str:

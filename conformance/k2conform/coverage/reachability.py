@@ -10,7 +10,11 @@ Three rules, applied to the real objects of the installed release (nothing liste
   once from it, and on the engine states Kimi's transition table can reach: the arm the test
   never takes, and what follows an arm that always returns;
 * **callers**: a private function or method whose every reference in the whole package lies
-  in code the other rules found unreachable.
+  in code the other rules found unreachable;
+* **other families' classes**: the methods of a class that derives from a class in a Kimi
+  class's MRO (other than ``object``) but is in no Kimi class's MRO itself, and whose name no
+  class of a Kimi MRO mentions (another model family's detector beside Kimi's: Kimi's objects
+  are never its instances).
 
 A line is unreachable only when it is unreachable under every Kimi configuration; anything the
 rules cannot decide counts as reachable.
@@ -65,7 +69,12 @@ CONTEXTS: dict[str, KimiContext] = {
         config_names=("config", "parser_engine_config"),
         state_attribute="state",
     ),
-    "sglang": KimiContext(classes=("sglang.srt.function_call.kimik2_detector:KimiK2Detector",)),
+    "sglang": KimiContext(
+        classes=(
+            "sglang.srt.function_call.kimik2_detector:KimiK2Detector",
+            "sglang.srt.parser.reasoning_parser:KimiK2Detector",
+        )
+    ),
 }
 
 
@@ -133,6 +142,7 @@ def analyse(files: Mapping[str, Path], context: KimiContext | None) -> dict[str,
             facts = _Facts(modules[path], config, context, stored)
             result = Reachability()
             _replaced_methods(tree, modules[path], kimi_classes, result)
+            _other_families(tree, modules[path], kimi_classes, result)
             _FileWalker(facts, result).module(tree)
             results[path] = result
         private.mark_uncalled(results)
@@ -217,6 +227,45 @@ def _mark(statements: Iterable[ast.stmt], reason: str, result: Reachability) -> 
     for statement in statements:
         for line in range(statement.lineno, (statement.end_lineno or statement.lineno) + 1):
             result.unreachable.setdefault(line, reason)
+
+
+# -- rule 4: other families' classes --------------------------------------------------------
+
+
+def _mro_text(kimi_classes: list[type]) -> str:
+    import inspect
+
+    texts = []
+    for cls in {c for kimi in kimi_classes for c in kimi.__mro__ if c is not object}:
+        try:
+            texts.append(inspect.getsource(cls))
+        except (OSError, TypeError):
+            texts.append(cls.__name__)  # no source: keep every name it might use
+    return "\n".join(texts)
+
+
+def _other_families(
+    tree: ast.Module, module: Any, kimi_classes: list[type], result: Reachability
+) -> None:
+    related = {c for kimi in kimi_classes for c in kimi.__mro__}
+    bases = tuple(c for c in related if c is not object)
+    mentioned = None
+    for node in tree.body:
+        cls = getattr(module, node.name, None) if isinstance(node, ast.ClassDef) else None
+        if not isinstance(cls, type) or cls in related or not issubclass(cls, bases):
+            continue
+        if mentioned is None:
+            mentioned = _mro_text(kimi_classes)
+        if re.search(rf"\b{re.escape(node.name)}\b", mentioned):
+            continue
+        base = next(b for b in cls.__mro__ if b in related)
+        reason = (
+            f"{node.name} is another family's {base.__name__}: Kimi's objects are "
+            f"{', '.join(k.__name__ for k in kimi_classes if issubclass(k, base))}"
+        )
+        for member in node.body:
+            if isinstance(member, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                _mark_body(member, reason, result)
 
 
 # -- rule 2: the configuration ---------------------------------------------------------------
