@@ -322,3 +322,22 @@ def test_a_command_that_never_says_hello_is_an_adapter_error_within_its_deadline
         ["pgrep", "-f", str(tmp_path / "silent.py")], check=False, capture_output=True, text=True
     )
     assert leftover.stdout.strip() == ""
+
+
+def test_a_remote_adapter_that_asks_for_longer_cells_gets_them(tmp_path):
+    """The hello's ``cell_timeout`` raises the run's deadline for that adapter's cells only
+    (the worker watchdog's hard limit with it); a hello without it keeps the run's."""
+    from k2conform.run.cell import CellSettings
+
+    hello = (
+        '{"protocol": "k2conform-adapter/1", "name": "slow", "version": "1", "status": "ok",'
+        ' "reason": "", "cell_timeout": 300}'
+    )
+    slow = create_adapter(f"slow=cmd:{_script(tmp_path, 'slow.py', f'print({hello!r}); input()')}")
+    assert load(slow).status == "ok"
+    assert CellSettings(deadline=20).for_adapter(slow).deadline == 300
+    assert CellSettings(deadline=500).for_adapter(slow).deadline == 500
+    reference = create_adapter(f"ref-remote={SERVE_REFERENCE}")
+    assert CellSettings(deadline=20).for_adapter(reference).deadline == 20
+    for adapter in (slow, reference):
+        adapter.close()

@@ -118,6 +118,11 @@ class EasydelAdapter(Reproducible, Adapter):
     description = "easydel eSurge server: tool_parser kimi_k2, reasoning_parser kimi_k2 (auto)"
     coverage_files = ("easydel/inference/tools/parsers/kimi_k2_tool_parser.py",)
     coverage_shared_files = ("easydel/inference/parsing/delegating_parser.py",)
+    #: The DelegatingParser tokenises the whole accumulated text again on every delta
+    #: (``delegating_parser.py:629-649``, ``_tokenize_for_tool_view``): a 10,000-token argument
+    #: streams in 27 s on one core, so the 20 s default would judge the machine's load, not
+    #: the parser.  Its cells get 300 s (and the usual slower retry).
+    cell_timeout = 300.0
 
     @glue.load_once
     def load(self) -> None:

@@ -249,6 +249,12 @@ class CommandAdapter(Adapter):
         hello = self._ensure_hello()
         return tuple(hello.get("supported_versions") or ()) if hello else ()
 
+    @property
+    def cell_timeout(self) -> float:
+        """The longer cell deadline the remote adapter asks for (0: the run's), known once its
+        hello has come: asking does not start the process."""
+        return float(self._hello.get("cell_timeout") or 0) if self._hello else 0.0
+
     def version(self) -> str | None:
         hello = self._ensure_hello()
         return hello.get("version") if hello else None

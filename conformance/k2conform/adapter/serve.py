@@ -56,6 +56,7 @@ def hello(adapter: Adapter, status: str, reason: str) -> dict[str, Any]:
         "name": adapter.name,
         "version": adapter.version(),
         "supported_versions": list(adapter.supported_versions),
+        "cell_timeout": getattr(adapter, "cell_timeout", 0) or 0,
         "status": status,
         "reason": reason,
         "description": adapter.description,

@@ -108,8 +108,8 @@ def run_cell(
     worst variant.  A cell past its deadline is re-run with ``RETRY_FACTOR`` times as long and
     judged on that result (recorded as ``meta.slow``); only a second timeout is ``timeout``."""
     started = time.perf_counter()
-    settings = settings.for_adapter(adapter)
     availability = availability or load(adapter)
+    settings = settings.for_adapter(adapter)
     if availability.status != ResultOutcome.OK:
         return Cell.failed(case.id, adapter.name, mode, availability.status, availability.reason)
     unfit = _mode_unfit(adapter, case, mode)

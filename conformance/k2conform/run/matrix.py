@@ -79,7 +79,14 @@ def _worker(conn: Connection, config: RunConfig, silence: bool = True) -> None:
         conn.send(("harness-error", traceback.format_exc()))
         return
     conn.send(
-        ("ready", {adapters[spec].name: (a.status, a.reason) for spec, a in availability.items()})
+        (
+            "ready",
+            (
+                {adapters[spec].name: (a.status, a.reason) for spec, a in availability.items()},
+                # an adapter's own longer deadline is known once it is loaded (a remote's hello)
+                {spec: config.cell.for_adapter(a) for spec, a in adapters.items()},
+            ),
+        )
     )
     whole_results: dict = {}  # one-shot results, reused by every stream cell of the same case
     while True:
@@ -126,6 +133,7 @@ class Matrix:
         self.progress = progress
         self.context = multiprocessing.get_context("spawn")
         self.availability: dict[str, tuple[str, str]] = {}
+        self.cell_settings: dict[str, CellSettings] = {}
         self.restarts = 0
         #: Set when Ctrl-C or SIGTERM stopped the run: the cells returned are the ones done.
         self.interrupted = False
@@ -142,7 +150,7 @@ class Matrix:
         kind, payload = self._receive(slot, deadline=time.monotonic() + 600)
         if kind != "ready":
             raise HarnessError(f"worker failed to start:\n{payload}")
-        self.availability = payload
+        self.availability, self.cell_settings = payload
         return slot
 
     def _receive(self, slot: _Slot, deadline: float) -> tuple[str, Any]:
@@ -223,7 +231,7 @@ class Matrix:
                     self.progress(len(cells), len(tasks))
 
     def _hard_limit(self, spec: str) -> float:
-        return self.config.cell.for_adapter(self.adapters.get(spec)).hard_limit
+        return self.cell_settings.get(spec, self.config.cell).hard_limit
 
     def _status(self, spec: str) -> str:
         return self.availability.get(self.display_names.get(spec, spec), ("ok", ""))[0]
