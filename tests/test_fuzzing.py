@@ -466,6 +466,76 @@ def test_instrumentation_patches_every_function_the_module_defines_only(tmp_path
     assert parser().size == 3 and parser.Inner().deep() == "deep"
 
 
+def test_set_up_only_functions_are_left_unpatched(tmp_path, monkeypatch):
+    """A function listed in ``SET_UP_ONLY`` for its module keeps its code (it still runs on
+    every parse, untraced); the rest of the module is patched as before."""
+    import atheris
+
+    from k2conform.fuzzing import instrument
+
+    (tmp_path / "k2toy_fuzz_set_up.py").write_text(TOY_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(
+        instrument.SET_UP_ONLY, "k2toy_fuzz_set_up", ("plain", "Parser.method", "Gone.away")
+    )
+    counts = instrument.instrument_modules(["k2toy_fuzz_set_up"], atheris)
+    toy = sys.modules["k2toy_fuzz_set_up"]
+    assert counts == {"k2toy_fuzz_set_up": 7}  # nine functions, two left out
+    for kept in (toy.plain, toy.Parser.method):
+        assert INSTRUMENTED not in kept.__code__.co_consts
+    assert INSTRUMENTED in toy.Parser.static.__code__.co_consts
+    assert toy.plain(-3) == 3 and toy.Parser().method(0) is None
+
+
+def test_set_up_only_names_functions_the_parser_modules_define():
+    """Every name left out is a function of its module (a typo would instrument it silently)."""
+    import importlib
+
+    from k2conform.fuzzing.instrument import SET_UP_ONLY
+
+    for module_name, names in SET_UP_ONLY.items():
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            pytest.skip(f"{module_name} is not installed")
+        for name in names:
+            value = module
+            for part in name.split("."):
+                value = getattr(value, part)
+            assert callable(value), (module_name, name)
+
+
+def test_the_reference_stream_is_checked_before_a_new_finding_is_saved(tmp_path, monkeypatch):
+    """A new signature: the reference's own stream parse is checked first (a HarnessBug when it
+    differs); a known one is only counted, without the check (unless the input is sampled)."""
+    from k2conform.fuzzing import targets
+    from k2conform.fuzzing.engine import Engine, FindingStore, HarnessBug
+
+    engine = Engine(["reference"])
+    engine.adapters = [engine.reference]  # a stand-in under test that always disagrees
+    engine.names = ["reference"]
+    monkeypatch.setattr(targets, "REFERENCE_STREAM_SAMPLE", 1 << 40)  # no sampling here
+    import k2conform.fuzzing.engine as engine_module
+
+    monkeypatch.setattr(engine_module, "classify", lambda expected, result: ["content-drift"])
+    checked = []
+    verify = engine.verify_reference_stream
+    engine.verify_reference_stream = lambda *a: (checked.append(a[1]), verify(*a))
+    store = FindingStore(tmp_path / "findings", "differential")
+    target = targets.differential_target(engine, ("whole", "stream-token"), store)
+    data = FuzzInput(ONE_CALL, DECLARE_TOOLS).encode()
+    target(data)
+    assert checked == [ONE_CALL] and len(store.files) == 2  # whole and stream-token saved
+    target(data)
+    assert checked == [ONE_CALL]  # known signatures: counted only
+    assert store.counts == {k: 2 for k in store.files}
+    engine.verify_reference_stream = lambda *a: (_ for _ in ()).throw(HarnessBug("differs"))
+    fresh = FindingStore(tmp_path / "elsewhere", "differential")
+    with pytest.raises(HarnessBug):  # a finding the reference itself gets wrong is not saved
+        targets.differential_target(engine, ("whole", "stream-token"), fresh)(data)
+    assert [Path(f).name.split("_")[2] for f in fresh.files.values()] == ["reference"]  # whole
+
+
 DECLARED_INSTRUMENTATION = """
 import json
 import atheris
