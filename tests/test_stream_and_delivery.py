@@ -202,3 +202,16 @@ def test_a_parser_that_keeps_state_between_requests_differs_only_after_the_cutof
     leaky = _Remembering(reference)
     assert execute(leaky, request, token).tool_calls == fresh.tool_calls
     assert execute(leaky, request, after).tool_calls != fresh.tool_calls
+
+
+def test_an_opt_in_mode_is_taken_when_asked_for_and_left_out_of_a_default_run():
+    from k2conform.adapter.registry import create_adapter
+    from k2conform.delivery import modes as dl
+
+    reference = create_adapter("reference")
+    assert "stream-after-cutoff" in dl.adapter_modes(reference)
+    assert "stream-after-cutoff" not in dl.planned_modes(reference)
+    assert "stream-after-cutoff" not in dl.DEFAULT_MODES
+    assert set(dl.planned_modes(reference)) == set(dl.adapter_modes(reference)) - set(
+        dl.OPT_IN_MODES
+    )

@@ -70,6 +70,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "k2conform.coverage.cli",
     "k2conform.history.cli",
     "k2conform.grammar.cli",
+    "k2conform.catalogue.cli",
 )
 
 
@@ -402,10 +403,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         cases = [c for c in cases if in_shard(c.id, *args.shard)]
     names = args.adapter or default_adapter_names()
     adapters = [create_adapter(name, args.timeout) for name in names]
-    modes = tuple(args.delivery or dl.MODES)
+    modes = tuple(args.delivery or (m for m in dl.MODES if m not in dl.OPT_IN_MODES))
     # No --delivery: each adapter in the modes it takes (server modes for server adapters).
     per_adapter = (
-        None if args.delivery else {n: dl.adapter_modes(a) for n, a in zip(names, adapters)}
+        None if args.delivery else {n: dl.planned_modes(a) for n, a in zip(names, adapters)}
     )
     baseline = load_baseline(args.baseline) if args.baseline else None
     _check_writable(args.json, args.html, args.markdown)

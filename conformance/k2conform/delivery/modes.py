@@ -55,8 +55,11 @@ TOKEN_ALIGNED_MODES = (
 )
 #: Deliveries that cut the text without regard to tokens, as a text replay or a proxy does.
 TEXT_LEVEL_MODES = tuple(m for m in MODES if m not in TOKEN_ALIGNED_MODES)
+#: Modes a run makes only when asked (``--delivery``): what they would add is known to equal
+#: another mode's cells (docs: README, Delivery modes), so the default matrix leaves them out.
+OPT_IN_MODES = ("stream-after-cutoff",)
 DEFAULT_MODES = tuple(
-    m for m in MODES if m not in ("stream-recorded", "stream-after-cutoff", *SERVER_MODES)
+    m for m in MODES if m not in ("stream-recorded", *OPT_IN_MODES, *SERVER_MODES)
 )
 
 
@@ -65,6 +68,11 @@ def adapter_modes(adapter: object) -> tuple[str, ...]:
     return tuple(
         getattr(adapter, "delivery_modes", None) or (m for m in MODES if m not in SERVER_MODES)
     )
+
+
+def planned_modes(adapter: object) -> tuple[str, ...]:
+    """The modes a run gives an adapter when none is asked for: those it takes, less opt-in."""
+    return tuple(m for m in adapter_modes(adapter) if m not in OPT_IN_MODES)
 
 
 #: The stream ``stream-after-cutoff`` sends first and does not judge: a call cut off inside its
