@@ -121,8 +121,10 @@ def test_check_corpus_and_a_run_from_outside_the_checkout(installed):
     )
     assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-2000:]
     results = json.loads((outside / "results.json").read_text())
-    completions = sum(
-        1 for p in (ROOT / "corpus").rglob("*.json") if '"kind": "completion"' in p.read_text()
+    completions = sum(  # the findings catalogue is checked by `catalogue check`, not run
+        1
+        for p in (ROOT / "corpus").rglob("*.json")
+        if '"kind": "completion"' in p.read_text() and "findings/catalogue" not in p.as_posix()
     )
     assert len(results["cases"]) == completions
     assert {c["outcome"] for c in results["cells"]} <= {"agree", "impl-defined"}

@@ -26,6 +26,9 @@ from k2conform.resources import bundled
 
 #: The folder of a corpus holding the case sources (data the generator expands, not cases).
 SOURCES = "sources"
+#: The findings catalogue (``k2conform catalogue``): valid cases that ``check-corpus`` validates
+#: but the loader leaves out, so they add no cells to the matrix (docs/findings-catalogue.md).
+CATALOGUE = ("findings", "catalogue")
 _ID_PATTERN = re.compile(r"^[yni]_[a-z0-9][a-z0-9_.\-]*$")
 _COMPLETION_KEYS = {
     "id": True,
@@ -242,6 +245,8 @@ def load_corpus(root: Path | str | None = None) -> Corpus:
     corpus = Corpus()
     seen: dict[str, str] = {}
     for path in case_files(root):
+        if path.relative_to(root).parts[:2] == CATALOGUE:
+            continue  # checked against its own adapter (catalogue check), not run by the matrix
         case = load_case(path)
         if case.id in seen:
             raise CorpusError(path, "id", f"duplicate id, also in {seen[case.id]}")

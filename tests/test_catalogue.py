@@ -1,0 +1,230 @@
+"""``k2conform catalogue``: one minimised case per distinct behaviour (the report's grouping),
+each still showing its behaviour on its adapter; the index counts; ``check`` noticing a
+behaviour that no longer reproduces (exit 1) and a malformed file (exit 2); the matrix corpus
+leaving the catalogue out while check-corpus still validates it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from k2conform.adapter.registry import create_adapter, load
+from k2conform.case.corpus import iter_problems, load_corpus
+from k2conform.catalogue.build import build
+from k2conform.catalogue.index import counts, read_catalogue
+from k2conform.cli import main
+from k2conform.gate.baseline import BaselineEntry
+from k2conform.report.findings import behaviours
+from k2conform.run.cell import CellSettings, run_cell
+from k2conform.run.results import adapter_row, assemble
+
+#: A few cases with findings of vllm and sglang (baseline.json), and modes of both families,
+#: stream-random included (kept as its deltas, replayed as stream-recorded).
+CASES = (
+    "y_think_prose_before_newline_then_think",
+    "n_fuzz_vllm_extra-call_c82955e6",
+    "n_fuzz_sglang_leaked-marker_7626227e",
+)
+MODES = ("whole", "stream-token", "stream-random")
+ADAPTERS = ("reference", "vllm", "sglang")
+
+
+def _adapters() -> list:
+    found = []
+    for name in ADAPTERS:
+        adapter = create_adapter(name)
+        availability = load(adapter)
+        if availability.status != "ok":
+            pytest.skip(f"{name} is not installed here: {availability.reason}")
+        found.append((adapter, availability))
+    return found
+
+
+@pytest.fixture(scope="module")
+def document(corpus) -> dict:
+    """A small results document, computed cell by cell as the matrix computes them."""
+    cases = [c for c in corpus.completions if c.id in CASES]
+    assert len(cases) == len(CASES)
+    settings = CellSettings()
+    cells, rows = [], []
+    for adapter, availability in _adapters():
+        rows.append(adapter_row(adapter, (availability.status, availability.reason)))
+        cells += [
+            run_cell(adapter, case, mode, settings, availability)
+            for case in cases
+            for mode in MODES
+        ]
+    return assemble(cells, cases, rows, settings.seed, MODES, 0.0, 0).to_json()
+
+
+@pytest.fixture(scope="module")
+def entries(document) -> list[BaselineEntry]:
+    """One reviewed, linked entry: the vllm cells of the first case."""
+    from k2conform.model import RunResults
+
+    cell = next(
+        c
+        for c in RunResults.from_json(document).cells
+        if c.adapter == "vllm" and c.case == CASES[0] and c.outcome.finding
+    )
+    return [
+        BaselineEntry(
+            "vllm", cell.outcome.value, tuple(cell.fields), ("*",), (CASES[0],),
+            "a reviewed reason", "https://github.com/vllm-project/vllm/issues/1",
+        )
+    ]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def catalogue(tmp_path_factory, document, entries, corpus) -> Path:
+    out = tmp_path_factory.mktemp("catalogue")
+    cases = {c.id: c for c in corpus.completions}
+    build([("results.json", document)], entries, out, cases, reports=False, say=lambda _: None)
+    return out
+
+
+def _expected_behaviours(document, entries) -> dict[str, int]:
+    from k2conform.model import RunResults
+
+    return {a: len(g) for a, g in behaviours(RunResults.from_json(document), entries).items() if g}
+
+
+def test_one_case_per_distinct_behaviour(catalogue, document, entries):
+    found = read_catalogue(catalogue)
+    wanted = _expected_behaviours(document, entries)
+    assert wanted.get("vllm") and wanted.get("sglang") and "reference" not in wanted
+    per_adapter: dict[str, int] = {}
+    for entry in found:
+        per_adapter[entry.adapter] = per_adapter.get(entry.adapter, 0) + 1
+        assert entry.path.parent.name == entry.adapter
+    assert per_adapter == wanted
+    assert len({e.case.id for e in found}) == len(found)
+    assert any(e.finding["observed_in"] == "stream-random" for e in found)
+    assert all(
+        e.finding["delivery"] == "stream-recorded"
+        for e in found
+        if e.finding["observed_in"] == "stream-random"
+    )
+
+
+def test_every_catalogue_case_still_shows_its_behaviour_on_its_adapter(catalogue):
+    adapters = {name: create_adapter(name) for name in ("vllm", "sglang")}
+    for entry in read_catalogue(catalogue):
+        finding = entry.finding
+        seed = entry.case.generator["seed"]
+        cell = run_cell(adapters[entry.adapter], entry.case, finding["delivery"],
+                        CellSettings(seed=seed))  # fmt: skip
+        assert (cell.outcome.value, list(cell.fields)) == (
+            finding["outcome"],
+            finding["fields"],
+        ), entry.case.id
+        assert finding["chars"][1] <= finding["chars"][0]
+    assert any(e.finding["minimised"] and e.finding["chars"][1] < e.finding["chars"][0]
+               for e in read_catalogue(catalogue))  # fmt: skip
+
+
+def test_an_adapter_in_another_process_gives_the_same_catalogue(catalogue, document, entries,
+                                                                 corpus, tmp_path, capsys):
+    """Through the adapter protocol (as --adapter 'vllm=cmd:...' runs in the matrix) the build
+    minimises to the same cases, and check reaches the adapter the same way."""
+    import sys
+
+    spec = f"vllm=cmd:{sys.executable} -m k2conform.cli serve-adapter vllm"
+    out = tmp_path / "catalogue"
+    cases = {c.id: c for c in corpus.completions}
+    build([("results.json", document)], entries, out, cases, (spec,), reports=False,
+          say=lambda _: None)  # fmt: skip
+    theirs = {e.case.id: e.case.to_json() for e in read_catalogue(out)}
+    ours = {e.case.id: e.case.to_json() for e in read_catalogue(catalogue) if e.adapter == "vllm"}
+    assert theirs == ours and ours
+    assert main(["catalogue", "check", str(out), "--adapter", spec]) == 0
+    assert capsys.readouterr().out.count("still reproduces") == len(ours)
+
+
+def test_the_index_counts_match(catalogue, document, entries):
+    table = counts(catalogue)
+    wanted = _expected_behaviours(document, entries)
+    assert {a: row["behaviours"] for a, row in table.items() if row["behaviours"]} == wanted
+    assert table["reference"]["behaviours"] == 0  # it ran and agreed: listed with none
+    assert table["vllm"]["linked"] >= 1
+    for adapter, row in table.items():
+        mine = [e for e in read_catalogue(catalogue) if e.adapter == adapter]
+        assert row["catalogued"] == len(mine)
+        assert row["linked"] + row["not reported"] == row["behaviours"]
+        assert row["not reported"] == sum(e.not_reported for e in mine)
+    index = (catalogue / "README.md").read_text(encoding="utf-8")
+    assert f"| {table['vllm']['behaviours']} | {table['vllm']['catalogued']} |" in index
+    assert "not reported upstream yet" in index
+
+
+def test_check_passes_then_fails_when_a_behaviour_no_longer_reproduces(catalogue, tmp_path, capsys):
+    import shutil
+
+    copy = tmp_path / "catalogue"
+    shutil.copytree(catalogue, copy)
+    assert main(["catalogue", "check", str(copy)]) == 0
+    assert "still reproduces" in capsys.readouterr().out
+    # A "fixed" parser: the expectation becomes what the adapter returns.
+    entry = next(e for e in read_catalogue(copy) if e.finding["delivery"] == "whole")
+    cell = run_cell(create_adapter(entry.adapter), entry.case, "whole")
+    data = json.loads(entry.path.read_text(encoding="utf-8"))
+    observed = cell.observed.to_json()
+    data["expected"] = {k: observed[k] for k in ("content", "reasoning", "tool_calls")}
+    entry.path.write_text(json.dumps(data), encoding="utf-8")
+    assert main(["catalogue", "check", str(copy)]) == 1
+    out = capsys.readouterr().out
+    assert f"changed           {entry.adapter} {entry.case.id} [whole]: showed" in out
+
+
+def test_an_unreachable_adapter_is_reported_not_failed(catalogue, tmp_path, capsys):
+    import shutil
+
+    copy = tmp_path / "catalogue"
+    shutil.copytree(catalogue, copy)
+    entry = read_catalogue(copy)[0]
+    data = json.loads(entry.path.read_text(encoding="utf-8"))
+    data["generator"]["finding"]["adapter"] = "no-such-parser"
+    (copy / "no-such-parser").mkdir()
+    (copy / "no-such-parser" / entry.path.name).write_text(json.dumps(data), encoding="utf-8")
+    entry.path.unlink()
+    status = main(["catalogue", "check", str(copy), "--venv-root", str(tmp_path / "none")])
+    assert status == 0
+    assert "adapter not available no-such-parser" in capsys.readouterr().out
+
+
+def test_a_malformed_catalogue_file_is_exit_2_naming_the_file_and_field(
+    catalogue, tmp_path, capsys
+):
+    import shutil
+
+    copy = tmp_path / "catalogue"
+    shutil.copytree(catalogue, copy)
+    entry = read_catalogue(copy)[0]
+    data = json.loads(entry.path.read_text(encoding="utf-8"))
+    data["generator"]["finding"]["outcome"] = "agree"
+    entry.path.write_text(json.dumps(data), encoding="utf-8")
+    assert main(["catalogue", "check", str(copy)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert entry.path.name in err and "generator.finding.outcome" in err
+
+
+def test_the_matrix_corpus_leaves_the_catalogue_out_and_check_corpus_validates_it(
+    catalogue, tmp_path
+):
+    import shutil
+
+    root = tmp_path / "corpus"
+    shutil.copytree(catalogue, root / "findings" / "catalogue")
+    shipped = Path(load_corpus().completions[0].path)
+    shutil.copy(shipped, root / shipped.name)
+    loaded = load_corpus(root)
+    assert [c.id for c in loaded.completions] == [shipped.stem]
+    assert list(iter_problems(root)) == []
+    bad = read_catalogue(catalogue)[0].path.relative_to(catalogue)
+    (root / "findings" / "catalogue" / bad).write_text('{"kind": "completion"}', encoding="utf-8")
+    problems = [str(p) for p in iter_problems(root)]
+    assert len(problems) == 1 and bad.name in problems[0]
+    assert not any("findings/catalogue" in c.path for c in load_corpus().completions)
