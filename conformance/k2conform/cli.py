@@ -14,7 +14,13 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from k2conform.delivery import modes as dl
-from k2conform.case.corpus import CorpusError, default_corpus_dir, iter_problems, load_corpus
+from k2conform.case.corpus import (
+    CorpusError,
+    add_case_options,
+    default_corpus_dir,
+    iter_problems,
+    load_corpus,
+)
 from k2conform.model import Result, RunResults
 from k2conform.adapter.registry import (
     UnknownAdapter,
@@ -203,14 +209,7 @@ def _add_run_parser(sub: Any) -> None:
         choices=list(dl.MODES),
         help="delivery mode (repeatable; default: all)",
     )
-    p.add_argument(
-        "--case",
-        action="append",
-        default=[],
-        metavar="GLOB",
-        help="only cases whose id matches (repeatable)",
-    )
-    p.add_argument("--corpus", type=Path, help="corpus directory (default: the shipped corpus)")
+    add_case_options(p)
     _gate_options(p, "this run")
     p.add_argument("--jobs", type=int, default=0, help="worker processes (default: all cores)")
     p.add_argument(

@@ -14,6 +14,8 @@ field; nothing is skipped.
 
 from __future__ import annotations
 
+import argparse
+
 import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
@@ -672,3 +674,15 @@ def _join(where: str, key: str) -> str:
 def deltas_of(case: CompletionCase) -> tuple[Delta, ...] | None:
     """The case's own recorded deltas, when it has them."""
     return None if case.deltas is None else tuple(Delta(d) for d in case.deltas)
+
+
+def add_case_options(p: argparse.ArgumentParser) -> None:
+    """``--case GLOB`` (repeatable) and ``--corpus DIR``: which cases a command runs."""
+    p.add_argument(
+        "--case",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="only cases whose id matches (repeatable)",
+    )
+    p.add_argument("--corpus", type=Path, help="corpus directory (default: the shipped corpus)")

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from k2conform.case.corpus import add_case_options
 from k2conform.delivery import modes as dl
 from k2conform.errors import UsageError
 
@@ -37,14 +38,7 @@ def add_parser(subparsers: Any) -> None:
         metavar="MODE",
         help="delivery mode (repeatable; default: every mode each adapter takes)",
     )
-    p.add_argument(
-        "--case",
-        action="append",
-        default=[],
-        metavar="GLOB",
-        help="only cases whose id matches (repeatable)",
-    )
-    p.add_argument("--corpus", type=Path, help="corpus directory (default: the shipped corpus)")
+    add_case_options(p)
     p.add_argument(
         "--replay",
         type=Path,

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from k2conform.case.corpus import CompletionCase
+from k2conform.case.corpus import CompletionCase, add_case_options
 from k2conform.delivery import modes as dl
 from k2conform.errors import HarnessError, UsageError
 
@@ -38,14 +38,7 @@ def add_parser(subparsers: Any) -> None:
         choices=list(ENVIRONMENTS),
         help="engine to check (repeatable; default: all)",
     )
-    p.add_argument(
-        "--case",
-        action="append",
-        default=[],
-        metavar="GLOB",
-        help="only cases whose id matches (repeatable)",
-    )
-    p.add_argument("--corpus", type=Path, help="corpus directory (default: the shipped corpus)")
+    add_case_options(p)
     p.add_argument(
         "--samples",
         type=int,
