@@ -76,3 +76,29 @@ def test_a_built_layer_sees_its_own_release_first_and_the_base_behind_it():
     )
     shown = subprocess.run([python, "-c", code], capture_output=True, text=True, check=True)
     assert shown.stdout.split() == ["0.30.0", "True", "False"]
+
+
+def test_adapter_options_can_be_narrowed_to_the_environments_a_baseline_vouches_for(
+    tmp_path, capsys
+):
+    """``--adapters --baseline FILE`` lists only the built environments the baseline names, so
+    a lane gates exactly the parsers its reviewed baseline covers."""
+    import argparse
+    import json
+
+    for name in ("vllm-0.30.0", "sglang-0.5.14"):
+        (tmp_path / name / "bin").mkdir(parents=True)
+        (tmp_path / name / "bin" / "python").write_text("")
+        (tmp_path / name / f".k2conform-env-{name}").write_text(name)
+    baseline = tmp_path / "baseline.json"
+    baseline.write_text(json.dumps({"version": 1, "adapters": ["vllm-0.30.0"], "entries": []}))
+
+    def listed(**options):
+        args = argparse.Namespace(adapters=True, venv_root=tmp_path, baseline=None, names=[])
+        vars(args).update(options)
+        assert parsers.cmd_setup_parsers(args) == 0
+        out = capsys.readouterr().out
+        return [line.split("=")[1] for line in out.splitlines()]
+
+    assert set(listed()) == {"sglang-0.5.14", "vllm-0.30.0"}
+    assert listed(baseline=baseline) == ["vllm-0.30.0"]

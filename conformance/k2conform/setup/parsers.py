@@ -270,6 +270,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="print the --adapter options of the built environments",
     )
+    p.add_argument(
+        "--baseline",
+        type=Path,
+        metavar="FILE",
+        help="with --adapters: only the environments this reviewed baseline vouches for",
+    )
     p.set_defaults(handler=cmd_setup_parsers)
 
 
@@ -277,9 +283,18 @@ def cmd_setup_parsers(args: argparse.Namespace) -> int:
     known = environments()
     root = args.venv_root
     if args.adapters:
+        vouched = None
+        if args.baseline is not None:
+            from k2conform.gate.baseline import load_baseline
+
+            vouched = set(load_baseline(args.baseline).adapters)
         for environment in known.values():
-            if installed(environment, root) and environment.adapters:
-                print("\n".join(environment.adapter_options(root)))
+            if not installed(environment, root):
+                continue
+            if vouched is not None and environment.name not in vouched:
+                continue
+            for option in environment.adapter_options(root):  # none for the project venv
+                print(option)
         return 0
     names: Sequence[str] = args.names or (
         [n for n, e in known.items() if e.extra or e.into_current] if args.all else []
