@@ -263,3 +263,13 @@ def test_the_old_builder_names_build_the_same_script():
     )
     with pytest.raises(AttributeError):
         _repro.not_a_builder  # noqa: B018 - the attribute access is the test
+
+
+def test_a_driver_that_reproduces_only_some_modes_gives_no_script_for_the_others():
+    from k2conform.model import Delta, Request
+    from k2conform_adapters.vllm_mlx_parser import VllmMlxAdapter
+
+    adapter = VllmMlxAdapter()
+    assert adapter.repro_modes == ("whole",)
+    assert adapter.repro_script(Request(), [Delta("x")], "stream-token") is None
+    assert "vllm_mlx" in adapter.repro_script(Request(), [Delta("x")], "whole")

@@ -13,6 +13,8 @@ class Reproducible:
     """Mixed into an adapter: ``report-finding``'s script comes from ``repro/<repro_driver>.py``."""
 
     repro_driver: ClassVar[str]
+    #: The delivery modes the driver reproduces (None: every one); another mode has no script.
+    repro_modes: ClassVar[tuple[str, ...] | None] = None
 
     def repro_script(
         self,
@@ -26,6 +28,8 @@ class Reproducible:
         """A standalone script that drives the parser the same way, importing only its package."""
         from k2conform_adapters.repro import build_script
 
+        if self.repro_modes is not None and mode not in self.repro_modes:
+            return None
         return build_script(
             self.repro_driver, request, deltas, mode, expected=expected, case_id=case_id
         )

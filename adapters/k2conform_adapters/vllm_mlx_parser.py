@@ -68,6 +68,8 @@ class VllmMlxAdapter(Reproducible, Adapter):
     """vllm-mlx's OpenAI server with ``--tool-call-parser kimi_k2``."""
 
     repro_driver = "vllm_mlx"
+    #: One-shot only: the stream's steps live in server.py, which needs MLX to import.
+    repro_modes = ("whole",)
 
     name = "vllm-mlx"
     package = "vllm-mlx"
@@ -146,21 +148,6 @@ class VllmMlxAdapter(Reproducible, Adapter):
             event_of(_delta_of(line), ids, reasoning_field="reasoning_content") for line in lines
         )
         return [event for event in events if event is not None]
-
-    def repro_script(
-        self,
-        request: Request,
-        deltas: Sequence[Delta],
-        mode: str,
-        *,
-        expected: dict | None = None,
-        case_id: str = "case",
-    ) -> str | None:
-        """A standalone script that drives the parser the same way, importing only its package;
-        one-shot only (None for streams: their steps live in server.py, which needs MLX)."""
-        if mode != "whole":
-            return None
-        return super().repro_script(request, deltas, mode, expected=expected, case_id=case_id)
 
 
 class _ScriptedEngine:
