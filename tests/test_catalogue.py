@@ -125,8 +125,9 @@ def test_every_catalogue_case_still_shows_its_behaviour_on_its_adapter(catalogue
                for e in read_catalogue(catalogue))  # fmt: skip
 
 
-def test_an_adapter_in_another_process_gives_the_same_catalogue(catalogue, document, entries,
-                                                                 corpus, tmp_path, capsys):
+def test_an_adapter_in_another_process_gives_the_same_catalogue(
+    catalogue, document, entries, corpus, tmp_path, capsys
+):
     """Through the adapter protocol (as --adapter 'vllm=cmd:...' runs in the matrix) the build
     minimises to the same cases, and check reaches the adapter the same way."""
     import sys

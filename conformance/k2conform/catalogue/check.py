@@ -107,4 +107,3 @@ def cmd_check(args: argparse.Namespace) -> int:
         f"{tally[CHANGED]} changed, {tally[UNAVAILABLE]} with the adapter not available"
     )
     return 1 if tally[CHANGED] else 0
-
