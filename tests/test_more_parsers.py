@@ -445,26 +445,154 @@ def test_a_release_the_glue_does_not_fit_is_an_adapter_error(name, break_release
 
 
 #: The adapters of the extra lane (`make matrix-extra`): the extra parsers and the vllm-legacy
-#: environment, each named as `k2conform setup-parsers --adapters` names it.  easydel is not
-#: gated yet: its long-argument streams end as a timeout or a finding depending on the load.
-EXTRA_LANE = (set(PINNED) - {"easydel"}) | {"vllm-0.11.0"}
+#: environment, each named as `k2conform setup-parsers --adapters` names it.
+EXTRA_LANE = set(PINNED) | {"vllm-0.11.0"}
 
 
 def test_baseline_extra_covers_exactly_the_extra_parsers_with_reviewed_entries():
     """baseline-extra.json, the extra lane's gate, loads; it vouches for exactly the extra lane's
     adapters (each with entries, none of baseline.json's); every entry has a reviewed reason
     and one upstream link of the shipped form or null (not reported upstream, docs/baseline.md)."""
-    import re
-
-    from k2conform.gate.baseline import TODO, load_baseline
+    from k2conform.gate.baseline import load_baseline
 
     baseline = load_baseline(ROOT / "baseline-extra.json")
     assert set(baseline.adapters) == EXTRA_LANE, sorted(set(baseline.adapters) ^ EXTRA_LANE)
     assert {e.adapter for e in baseline.entries} == EXTRA_LANE
     assert not EXTRA_LANE & set(load_baseline(ROOT / "baseline.json").adapters)
+    _assert_every_entry_reviewed(baseline.entries)
+
+
+def _assert_every_entry_reviewed(entries) -> None:
+    """Each entry has a reviewed reason (no TODO), cases and modes, and one upstream link of the
+    shipped form or null (not reported upstream, docs/baseline.md)."""
+    import re
+
+    from k2conform.gate.baseline import TODO
+
     link = re.compile(r"^https://github\.com/[\w.-]+/[\w.-]+/(issues|pull|commit)/[0-9a-f]+$")
-    for entry in baseline.entries:
+    for entry in entries:
         where = f"{entry.adapter} {entry.outcome} {','.join(entry.fields)} {entry.cases[:3]}"
         assert entry.reason.strip() and TODO not in entry.reason, where
         assert entry.link is None or link.match(entry.link), (where, entry.link)
         assert entry.cases and entry.deliveries, where
+
+
+#: The release environments (docs/releases.md): each serves one release of a parser line
+#: through that line's adapter, `--adapter NAME=cmd:.venvs/NAME/bin/k2conform serve-adapter LINE`.
+RELEASE_ENVIRONMENTS = {
+    f"sglang-{release}": ("sglang", release)
+    for release in (
+        "0.5.1", "0.5.2", "0.5.3", "0.5.5", "0.5.5.post3", "0.5.9", "0.5.10", "0.5.12",
+        "0.5.13", "0.5.14", "0.5.15", "0.5.16", "0.5.17", "0.5.18", "0.5.19", "0.5.21",
+        "0.5.22",
+    )
+}  # fmt: skip
+RELEASE_ENVIRONMENTS.update(
+    {f"vllm-{release}": ("vllm-legacy", release) for release in (
+        "0.10.0", "0.10.1", "0.11.0", "0.11.1", "0.12.0", "0.13.0", "0.14.0", "0.15.0",
+        "0.16.0", "0.17.0", "0.18.0", "0.19.0",
+    )}
+    | {f"vllm-{release}": ("vllm", release) for release in (
+        "0.25.0", "0.26.0", "0.27.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0",
+    )}
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("environment", sorted(RELEASE_ENVIRONMENTS))
+def test_each_release_environment_serves_its_release_with_its_glue(environment):
+    """The layer's own release is what the line's adapter imports (not the base venv's), and
+    the adapter has glue for it: status ok and supported, so no cell is adapter-error."""
+    adapter, release = RELEASE_ENVIRONMENTS[environment]
+    completed = subprocess.run(
+        [str(_venv(environment) / "bin" / "k2conform"), "list-adapters", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "VLLM_CONFIGURE_LOGGING": "0"},  # vLLM logs to stdout otherwise
+    )
+    row = next(r for r in json.loads(completed.stdout) if r["name"] == adapter)
+    assert (row["status"], row["version"], row["supported"]) == ("ok", release, True), row
+
+
+def _parse(environment: str, adapter: str, request: dict) -> dict:
+    done = subprocess.run(
+        [str(_venv(environment) / "bin" / "k2conform"), "parse", "--adapter", adapter],
+        input=json.dumps(request),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        env={**os.environ, "VLLM_CONFIGURE_LOGGING": "0"},  # vLLM logs to stdout otherwise
+    )
+    return json.loads(done.stdout)
+
+
+_THINK_THEN_CALL = {
+    "model_output": "<think>plan</think><|tool_calls_section_begin|><|tool_call_begin|>"
+    "functions.f:0<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_calls_section_end|>",
+    "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}],
+    "thinking": True,
+}
+
+
+@pytest.mark.parametrize(
+    ("environment", "overrides", "expected"),
+    [
+        # no kimi_k2 reasoning parser before 0.5.5; ids call_<uuid> in 0.5.1 only
+        ("sglang-0.5.1", {}, {"content": "<think>plan</think>", "id": "call_<random>"}),
+        ("sglang-0.5.2", {}, {"content": "<think>plan</think>", "id": "functions.f:0"}),
+        # a message without text: content null before 0.5.13, "" from it
+        ("sglang-0.5.12", {}, {"content": None, "reasoning": "plan"}),
+        ("sglang-0.5.13", {}, {"content": "", "reasoning": "plan"}),
+        # 0.5.3-0.5.10 parse a required tool_choice as a JSON array; 0.5.2 with the detector
+        ("sglang-0.5.10", {"tool_choice": "required"}, {"outcome": "unavailable"}),
+        ("sglang-0.5.2", {"tool_choice": "required"}, {"outcome": "ok", "id": "functions.f:0"}),
+        # vLLM: the parser's own id until 0.11.0; from 0.11.1 the server's ToolCall mints one
+        ("vllm-0.11.0", {}, {"content": "<think>plan</think>", "id": "functions.f:0"}),
+        ("vllm-0.11.1", {}, {"content": "<think>plan</think>", "id": "chatcmpl-tool-<random>"}),
+        # vLLM: no kimi_k2 reasoning parser before 0.13.0
+        ("vllm-0.12.0", {}, {"reasoning": None}),
+        ("vllm-0.13.0", {}, {"content": None, "reasoning": "plan"}),
+        # vLLM: from 0.16.0 a one-shot call keeps the parser's id
+        ("vllm-0.15.0", {}, {"id": "chatcmpl-tool-<random>"}),
+        ("vllm-0.16.0", {}, {"id": "functions.f:0"}),
+    ],
+    ids=[
+        "0.5.1",
+        "0.5.2",
+        "0.5.12-null",
+        "0.5.13-empty",
+        "0.5.10-required",
+        "0.5.2-required",
+        "vllm-0.11.0",
+        "vllm-0.11.1",
+        "vllm-0.12.0",
+        "vllm-0.13.0",
+        "vllm-0.15.0",
+        "vllm-0.16.0",
+    ],
+)
+def test_glue_generations_differ_where_their_serving_code_does(environment, overrides, expected):
+    """One request through neighbouring glue generations: each difference is the release's
+    serving code (docs/releases.md), and a wrong generation in GLUE / SERVING breaks one."""
+    adapter = RELEASE_ENVIRONMENTS[environment][0]
+    result = _parse(environment, adapter, {**_THINK_THEN_CALL, **overrides})
+    observed = {
+        "outcome": result["outcome"],
+        "content": result["content"],
+        "reasoning": result["reasoning"],
+        "id": result["tool_calls"][0]["id"] if result["tool_calls"] else None,
+    }
+    assert {key: observed[key] for key in expected} == expected, result
+
+
+def test_baseline_releases_sglang_vouches_for_each_sglang_release_environment():
+    """baseline-releases-sglang.json, the gate of the SGLang release environments, names exactly
+    those environments (0.5.23 is baseline.json's), each with entries, every entry reviewed."""
+    from k2conform.gate.baseline import load_baseline
+
+    releases = {name for name, (line, _) in RELEASE_ENVIRONMENTS.items() if line == "sglang"}
+    baseline = load_baseline(ROOT / "baseline-releases-sglang.json")
+    assert set(baseline.adapters) == releases, sorted(set(baseline.adapters) ^ releases)
+    assert {e.adapter for e in baseline.entries} == releases
+    _assert_every_entry_reviewed(baseline.entries)

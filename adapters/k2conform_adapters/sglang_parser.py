@@ -21,11 +21,19 @@ What the server does (``sglang/srt/entrypoints/openai/serving_chat.py``):
 ``serving_chat`` itself does not import in the CPU closure (it pulls torchvision), so the
 three small server steps above that are not parser calls (id building, the history
 count, the unstreamed-arguments check) are re-stated here from that file's behaviour.
-Older releases (``GLUE``): before 0.5.21 ``FunctionCallParser`` takes no ``tool_choice`` and
+Older releases (``GLUE``, one ``ServingGlue`` per generation, each read from that release's
+``serving_chat.py``): before 0.5.21 ``FunctionCallParser`` takes no ``tool_choice`` and
 has no ``owns_tool_format`` (a ``required`` or named choice uses the native parser when its
-detector ``supports_structural_tag()``); before 0.5.18 there is no ``parse_stream_end`` and
-no ``tool_call_parser_active``; before 0.5.16 the unstreamed-arguments check removes the
-streamed part with ``str.replace`` from ``json.dumps`` of the recorded arguments.
+detector ``supports_structural_tag()``); before 0.5.18 there is no tool-parser
+``parse_stream_end`` and no ``tool_call_parser_active``; before 0.5.16 neither parser's
+``parse_stream_end`` is called, and the unstreamed-arguments check removes the streamed part
+with ``str.replace`` from ``json.dumps`` of the recorded arguments; before 0.5.13 a message
+without text has content null; 0.5.3-0.5.10 parse a ``required`` or named choice as a JSON
+array (``unavailable`` here), 0.5.1-0.5.2 with the detector under its own grammar; before
+0.5.9 ``force_reasoning`` is False for kimi_k2 and ``ReasoningParser`` takes no ``request``;
+before 0.5.5 there is no ``kimi_k2`` reasoning parser at all (``--reasoning-parser kimi_k2``
+is refused), so a thinking request's think block stays in the text the tool parser sees;
+0.5.1 mints ``call_<uuid>`` ids.
 
 Thinking on: ``force_reasoning`` is what the server computes for a Kimi template without
 a reasoning config: the detector's ``reasoning_default="thinking"`` with
@@ -36,22 +44,26 @@ from __future__ import annotations
 
 import importlib.machinery
 import importlib.util
+import inspect
 import json
+import re
 import sys
 import types
+import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from k2conform.adapter.contract import (
     Adapter,
     AdapterGlueError,
+    AdapterUnavailable,
     call_parser,
     glue_imports,
     import_parser_package,
     require_api,
 )
-from k2conform.adapter.glue import build_chat_request, load_once
+from k2conform.adapter.glue import RandomIds, build_chat_request, load_once
 from k2conform.model import Delta, Request, Result, StreamEvent, ToolCall, ToolCallDelta
 
 from k2conform_adapters.reproducible import Reproducible
@@ -63,32 +75,74 @@ PARSER = "kimi_k2"
 class ServingGlue:
     """What one release's ``serving_chat`` does around the two parsers."""
 
-    stream_end: bool  #: ``parse_stream_end`` on the finishing delta, ``tool_call_parser_active``
+    stream_end: bool  #: ``FunctionCallParser.parse_stream_end`` on the finishing delta, and
+    #: ``ReasoningParser(tool_call_parser_active=)``
     owns_tool_format: bool  #: ``FunctionCallParser(..., tool_choice=)``, ``owns_tool_format()``
     prefix_unstreamed: bool  #: the unstreamed rest is a suffix (else ``str.replace``)
     #: ``sglang.srt.utils.common`` imports ``torchvision.io.decode_jpeg`` at module level
     imports_torchvision: bool = False
-    #: the one-shot message's content when there is no text ("" from 0.5.14 on, else null)
+    #: the one-shot message's content when there is no text ("" from 0.5.13 on, else null)
     no_content: str | None = ""
+    #: ``ReasoningParser.parse_stream_end`` on the finishing delta (0.5.16 on)
+    reasoning_stream_end: bool = False
+    #: ``--reasoning-parser kimi_k2`` exists (0.5.5 on); before, a Kimi K2 server runs without
+    #: a reasoning parser (``server_args`` refuses the name), so the think block stays in the
+    #: text the tool parser sees and ``thinking`` changes nothing
+    kimi_reasoning: bool = True
+    #: ``force_reasoning`` from the request's thinking switch (``_get_reasoning_from_request``)
+    #: and ``ReasoningParser(request=)``, 0.5.9 on; before, ``_get_enable_thinking_from_request``
+    #: reads no switch for kimi_k2: ``force_reasoning=False``
+    reasoning_from_request: bool = True
+    #: a ``required`` or named tool_choice: "native" (the kimi_k2 detector under its own
+    #: constraint, 0.5.1-0.5.2), "json-array" (``JsonArrayParser``, never the detector:
+    #: 0.5.3-0.5.10), "probe" (the detector when it ``supports_structural_tag()`` /
+    #: ``owns_tool_format()``)
+    required_route: str = "probe"
+    #: ids ``functions.{name}:{n}`` (0.5.2 on); before, ``call_{uuid4().hex[:24]}``
+    kimi_ids: bool = True
 
 
-#: The releases the glue was checked against, and what their server does.
+#: Each generation of serving_chat's steps around the parsers, oldest first (docs/releases.md).
+UUID_IDS = ServingGlue(
+    stream_end=False,
+    owns_tool_format=False,
+    prefix_unstreamed=False,
+    no_content=None,
+    kimi_reasoning=False,
+    reasoning_from_request=False,
+    required_route="native",
+    kimi_ids=False,
+)
+KIMI_IDS = replace(UUID_IDS, kimi_ids=True)
+JSON_ARRAY_REQUIRED = replace(KIMI_IDS, required_route="json-array")
+KIMI_K2_REASONING = replace(JSON_ARRAY_REQUIRED, kimi_reasoning=True)
+REASONING_FROM_REQUEST = replace(KIMI_K2_REASONING, reasoning_from_request=True)
+NATIVE_REQUIRED = replace(REASONING_FROM_REQUEST, required_route="probe", imports_torchvision=True)
+EMPTY_CONTENT = replace(NATIVE_REQUIRED, no_content="")
+SUFFIX_UNSTREAMED = replace(EMPTY_CONTENT, prefix_unstreamed=True, reasoning_stream_end=True)
+TOOL_STREAM_END = replace(SUFFIX_UNSTREAMED, stream_end=True)
+OWNS_TOOL_FORMAT = replace(TOOL_STREAM_END, owns_tool_format=True, imports_torchvision=False)
+
+#: The releases the glue was checked against (each run on the whole corpus), and their glue.
 GLUE = {
-    "0.5.12": ServingGlue(
-        stream_end=False,
-        owns_tool_format=False,
-        prefix_unstreamed=False,
-        imports_torchvision=True,
-        no_content=None,
-    ),
-    "0.5.14": ServingGlue(
-        stream_end=False, owns_tool_format=False, prefix_unstreamed=False, imports_torchvision=True
-    ),
-    "0.5.16": ServingGlue(
-        stream_end=False, owns_tool_format=False, prefix_unstreamed=True, imports_torchvision=True
-    ),
-    "0.5.22": ServingGlue(stream_end=True, owns_tool_format=True, prefix_unstreamed=True),
-    "0.5.23": ServingGlue(stream_end=True, owns_tool_format=True, prefix_unstreamed=True),
+    "0.5.1": UUID_IDS,
+    "0.5.2": KIMI_IDS,
+    "0.5.3": JSON_ARRAY_REQUIRED,
+    "0.5.5": KIMI_K2_REASONING,
+    "0.5.5.post3": KIMI_K2_REASONING,
+    "0.5.9": REASONING_FROM_REQUEST,
+    "0.5.10": replace(REASONING_FROM_REQUEST, imports_torchvision=True),
+    "0.5.12": NATIVE_REQUIRED,
+    "0.5.13": EMPTY_CONTENT,
+    "0.5.14": EMPTY_CONTENT,
+    "0.5.15": EMPTY_CONTENT,
+    "0.5.16": SUFFIX_UNSTREAMED,
+    "0.5.17": SUFFIX_UNSTREAMED,
+    "0.5.18": TOOL_STREAM_END,
+    "0.5.19": TOOL_STREAM_END,
+    "0.5.21": OWNS_TOOL_FORMAT,
+    "0.5.22": OWNS_TOOL_FORMAT,
+    "0.5.23": OWNS_TOOL_FORMAT,
 }
 
 
@@ -98,13 +152,15 @@ class SglangAdapter(Reproducible, Adapter):
     repro_driver = "sglang"
     name = "sglang"
     package = "sglang"
-    supported_versions = tuple(GLUE)  # 0.5.22 checked: identical results to 0.5.23 on every cell
+    supported_versions = tuple(GLUE)  # each ran the whole corpus with no adapter-error cell
     _glue = GLUE[supported_versions[-1]]  #: the installed release's, set by ``load``
     description = "SGLang server: --tool-call-parser kimi_k2 [--reasoning-parser kimi_k2]"
     coverage_files = ("sglang/srt/function_call/kimik2_detector.py",)
     coverage_shared_files = (
         "sglang/srt/function_call/base_format_detector.py",
         "sglang/srt/function_call/function_call_parser.py",
+        # ReasoningParser("kimi_k2") and its KimiK2Detector (BaseReasoningFormatDetector)
+        "sglang/srt/parser/reasoning_parser.py",
     )
 
     # --- glue ---------------------------------------------------------------------------
@@ -120,7 +176,6 @@ class SglangAdapter(Reproducible, Adapter):
         with glue_imports("sglang"):
             from sglang.srt.entrypoints.openai import protocol
             from sglang.srt.function_call import function_call_parser
-            from sglang.srt.parser import reasoning_parser
 
         require_api(function_call_parser, "FunctionCallParser", owner_name="function_call_parser")
         fcp = function_call_parser.FunctionCallParser
@@ -138,6 +193,25 @@ class SglangAdapter(Reproducible, Adapter):
             raise AdapterGlueError(
                 "FunctionCallParser.ToolCallParserEnum['kimi_k2']", "not registered"
             )
+        require_api(protocol, "ChatCompletionRequest", owner_name="openai.protocol")
+
+        self._fcp_cls = fcp
+        self._rp_cls = self._load_reasoning_parser() if self._glue.kimi_reasoning else None
+        # serving_chat's one-shot/stream parser gets the server's tokenizer
+        # (``tokenizer=self.tokenizer_manager.tokenizer``), where the release takes one
+        self._fcp_tokenizer = (
+            {"tokenizer": _kimi_tokenizer()}
+            if "tokenizer" in inspect.signature(fcp).parameters
+            else {}
+        )
+        self._request_cls = protocol.ChatCompletionRequest
+
+    def _load_reasoning_parser(self) -> Any:
+        """``ReasoningParser`` with its ``kimi_k2`` entry and the calls this release's server
+        makes (``sglang/srt/parser/reasoning_parser.py``, 0.5.2 on)."""
+        ends = ("parse_stream_end",) if self._glue.reasoning_stream_end else ()
+        with glue_imports("sglang"):
+            from sglang.srt.parser import reasoning_parser
         require_api(reasoning_parser, "ReasoningParser", owner_name="reasoning_parser")
         rp = reasoning_parser.ReasoningParser
         require_api(
@@ -150,11 +224,7 @@ class SglangAdapter(Reproducible, Adapter):
         )
         if PARSER not in rp.DetectorMap:
             raise AdapterGlueError("ReasoningParser.DetectorMap['kimi_k2']", "not registered")
-        require_api(protocol, "ChatCompletionRequest", owner_name="openai.protocol")
-
-        self._fcp_cls = fcp
-        self._rp_cls = rp
-        self._request_cls = protocol.ChatCompletionRequest
+        return rp
 
     def _chat_request(self, request: Request) -> Any:
         return build_chat_request(self._request_cls, request, choice_without_tools="none")
@@ -170,25 +240,41 @@ class SglangAdapter(Reproducible, Adapter):
             chat_request.tool_choice, str
         )
 
+    def _separates_reasoning(self, request: Request, chat_request: Any) -> bool:
+        """The server runs the kimi_k2 reasoning parser: thinking on, ``separate_reasoning``,
+        and a release that has one (``ServingGlue.kimi_reasoning``)."""
+        return request.thinking and chat_request.separate_reasoning and self._glue.kimi_reasoning
+
     def _reasoning_parser(self, chat_request: Any, *, stream: bool) -> Any:
-        active = (
-            {"tool_call_parser_active": self._tool_parsing_active(chat_request)}
-            if self._glue.stream_end
-            else {}
-        )
+        glue = self._glue
+        extra = {"request": chat_request} if glue.reasoning_from_request else {}
+        if glue.stream_end:
+            extra["tool_call_parser_active"] = self._tool_parsing_active(chat_request)
         return call_parser(
             self._rp_cls,
             model_type=PARSER,
             stream_reasoning=chat_request.stream_reasoning if stream else False,
-            force_reasoning=True,  # thinking on: see the module docstring
-            request=chat_request,
-            **active,
+            # thinking on: see the module docstring; before 0.5.9 False for kimi_k2
+            force_reasoning=glue.reasoning_from_request,
+            **extra,
         )
 
     def _tool_parser(self, chat_request: Any) -> Any:
+        route = self._glue.required_route if self._is_required(chat_request) else "auto"
+        if route == "json-array":
+            raise AdapterUnavailable(
+                f"SGLang {self._version} parses a required or named tool_choice as a JSON "
+                "array (JsonArrayParser), not with the kimi_k2 detector"
+            )
+        if route == "native":  # constrained by the detector's own grammar, then parsed by it
+            return call_parser(self._fcp_cls, chat_request.tools, PARSER)
         if self._glue.owns_tool_format:
             parser = call_parser(
-                self._fcp_cls, chat_request.tools, PARSER, tool_choice=chat_request.tool_choice
+                self._fcp_cls,
+                chat_request.tools,
+                PARSER,
+                tool_choice=chat_request.tool_choice,
+                **self._fcp_tokenizer,
             )
             native, check = parser.owns_tool_format, "owns_tool_format"
         else:
@@ -200,9 +286,13 @@ class SglangAdapter(Reproducible, Adapter):
             raise AdapterGlueError(f"FunctionCallParser.{check}", "False for kimi_k2")
         return parser
 
-    @staticmethod
-    def _tool_call_id(name: str, tool_index: int, history_count: int = 0) -> str:
-        """``_process_tool_call_id`` for kimi_k2 (history_count: calls in earlier turns; 0)."""
+    def _tool_call_id(
+        self, name: str, tool_index: int, ids: RandomIds, history_count: int = 0
+    ) -> str | None:
+        """``_process_tool_call_id`` for kimi_k2 (history_count: calls in earlier turns; 0);
+        0.5.1 mints ``call_{uuid4().hex[:24]}`` for every parser, reported by its shape."""
+        if not self._glue.kimi_ids:
+            return ids.mask(f"call_{uuid.uuid4().hex[:24]}")
         return f"functions.{name}:{history_count + tool_index}"
 
     def structural_tag(self, request: Request) -> str | None:
@@ -241,7 +331,8 @@ class SglangAdapter(Reproducible, Adapter):
         chat_request = self._chat_request(request)
         text: str | None = output.text
         reasoning = None
-        if request.thinking and chat_request.separate_reasoning:
+        ids = _uuid_ids()
+        if self._separates_reasoning(request, chat_request):
             parser = self._reasoning_parser(chat_request, stream=False)
             reasoning, text = call_parser(parser.parse_non_stream, text)
         calls: tuple[ToolCall, ...] = ()
@@ -255,26 +346,28 @@ class SglangAdapter(Reproducible, Adapter):
                     ToolCall(
                         name=item.name,
                         arguments=item.parameters,
-                        id=self._tool_call_id(item.name, item.tool_index),
+                        id=self._tool_call_id(item.name, item.tool_index, ids),
                     )
                     for item in items
                 )
         return Result(
-            content=text if text else self._glue.no_content,  # 0.5.14 on: "", not null
+            content=text if text else self._glue.no_content,  # 0.5.13 on: "", not null
             reasoning=reasoning if reasoning else None,
             tool_calls=calls,
-            meta={"version": self._version},
+            meta=ids.meta(version=self._version),
         )
 
     def parse_stream(self, request: Request, deltas: Sequence[Delta]) -> list[StreamEvent]:
         """Chunks in the server's order; the last delta is the one with ``finish_reason``."""
         self.load()
         chat_request = self._chat_request(request)
-        use_reasoning = request.thinking and chat_request.separate_reasoning
         tools_active = self._tool_parsing_active(chat_request)
         reasoning_parser = (
-            self._reasoning_parser(chat_request, stream=True) if use_reasoning else None
+            self._reasoning_parser(chat_request, stream=True)
+            if self._separates_reasoning(request, chat_request)
+            else None
         )
+        ids = _uuid_ids()
         tool_parser = self._tool_parser(chat_request) if tools_active else None
         steps = list(deltas) or [Delta("")]
         events: list[StreamEvent] = []
@@ -283,7 +376,7 @@ class SglangAdapter(Reproducible, Adapter):
             text = delta.text
             if reasoning_parser is not None:
                 reasoning, text = call_parser(reasoning_parser.parse_stream_chunk, text)
-                if finished and self._glue.stream_end:
+                if finished and self._glue.reasoning_stream_end:
                     end_reasoning, end_text = call_parser(reasoning_parser.parse_stream_end)
                     if end_reasoning:
                         reasoning = (reasoning or "") + end_reasoning
@@ -308,7 +401,7 @@ class SglangAdapter(Reproducible, Adapter):
                         tool_calls=(
                             ToolCallDelta(
                                 index=item.tool_index,
-                                id=self._tool_call_id(item.name, item.tool_index)
+                                id=self._tool_call_id(item.name, item.tool_index, ids)
                                 if item.name
                                 else None,
                                 name=item.name or None,
@@ -322,6 +415,18 @@ class SglangAdapter(Reproducible, Adapter):
                 if rest is not None:
                     events.append(StreamEvent(tool_calls=(rest,)))
         return events
+
+
+def _kimi_tokenizer() -> Any:
+    """The project's Kimi tokenizer (markers at their real ids), standing in for the server's."""
+    from k2conform.delivery.tokenizer import load_tokenizer
+
+    return load_tokenizer()
+
+
+def _uuid_ids() -> RandomIds:
+    """``call_{uuid4().hex[:24]}``, the ids SGLang 0.5.1 mints, reported by their shape."""
+    return RandomIds(re.compile(r"^call_[0-9a-f]{24}$"), "call_<random>")
 
 
 def _unstreamed_arguments(tool_parser: Any, *, prefix: bool) -> ToolCallDelta | None:

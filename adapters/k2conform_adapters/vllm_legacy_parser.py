@@ -1,32 +1,47 @@
-"""vLLM 0.10.x–0.11.x's regex-based ``kimi_k2`` tool parser, driven the way that server did.
+"""vLLM 0.10–0.19's ``kimi_k2`` tool parser, driven the way those releases' servers did.
 
-Minimal glue for the release gate (another environment, served over the adapter protocol
-with ``k2conform serve-adapter vllm-legacy``); the 0.33 glue (``vllm``) does not fit these
-releases, whose parser lives in ``vllm.entrypoints.openai.tool_parsers`` and is called
-directly by ``OpenAIServingChat`` (``entrypoints/openai/serving_chat.py`` of 0.11.0):
+Glue for the release gate (another environment, served over the adapter protocol with
+``k2conform serve-adapter vllm-legacy``).  In these releases ``OpenAIServingChat`` calls the
+tool parser (and, from 0.13.0, the ``kimi_k2`` reasoning parser) directly; ``SERVING`` says,
+per release run, where it finds them and which of its steps it takes:
 
-* at start-up ``ToolParserManager.get_tool_parser("kimi_k2")``; per request
-  ``tool_parser(tokenizer).adjust_request(request)`` (``serving_engine._preprocess_chat``);
-* one-shot (``chat_completion_full_generator``), tool_choice ``auto`` with tools: a fresh
-  parser's ``extract_tool_calls(text, request)``; when it reports ``tools_called`` the message
-  is its ``content`` and ``tool_calls``, otherwise its content if non-empty, else the text.
-  tool_choice ``none`` or no tools: the text is the content;
-* streaming (``chat_completion_stream_generator``), tool_choice ``auto`` with tools: one
-  parser per choice, ``extract_tool_calls_streaming(previous_text, current_text, delta_text,
-  previous_token_ids, current_token_ids, delta_token_ids, request)`` per engine output; on
-  the last output (the one with ``finish_reason``), when that delta carries arguments, the
-  server's "unstreamed tool arg tokens" check appends what ``prev_tool_call_arr`` holds
-  beyond ``streamed_args_for_tool``; otherwise every delta is plain content.
+* at start-up ``ToolParserManager.get_tool_parser("kimi_k2")`` (``vllm.entrypoints.openai.
+  tool_parsers``, from 0.13.0 ``vllm.tool_parsers``) and, with ``--reasoning-parser kimi_k2``,
+  ``ReasoningParserManager.get_reasoning_parser("kimi_k2")`` (0.13.0 on; from 0.16.0 the
+  server asks ``vllm.parser.ParserManager``, which returns these same registry classes); per
+  request ``tool_parser(tokenizer).adjust_request(request)`` (``serving_engine._preprocess_chat``;
+  from 0.19.0 every tool parser is built with the request's tools too);
+* one-shot (``chat_completion_full_generator``): with a reasoning parser, a fresh one's
+  ``extract_reasoning(text, request)`` first, the tools parsed from its content.  0.10.0–
+  0.11.0, tool_choice ``auto`` with tools: a fresh tool parser's ``extract_tool_calls``; when
+  it reports ``tools_called`` the message is its content and calls (its ids), otherwise its
+  content if non-empty, else the text.  From 0.11.1 the server's own
+  ``OpenAIServing._parse_tool_calls_from_content`` (called here) does that step and the
+  message's ``ToolCall(function=...)`` mints a fresh ``chatcmpl-tool-`` id for each call;
+* streaming (``chat_completion_stream_generator``): one tool parser per choice when
+  tool_choice is ``auto`` with tools, ``extract_tool_calls_streaming(previous_text,
+  current_text, delta_text, previous_token_ids, current_token_ids, delta_token_ids, request)``
+  per engine output (an empty output before the first token skipped); with a reasoning
+  parser too, ``extract_reasoning_streaming`` until ``is_reasoning_end`` of the output's ids,
+  then the tool parser from the content of that output on (``_reasoning_then_tools``); with a
+  reasoning parser alone, ``extract_reasoning_streaming``.  On the last output, when that
+  delta carries arguments, the "unstreamed tool arg tokens" check appends what
+  ``prev_tool_call_arr`` holds beyond ``streamed_args_for_tool`` (from 0.14.0 through the
+  server's own ``_create_remaining_args_delta``, which keeps that delta's id and name).
+  ``maybe_filter_parallel_tool_calls`` (0.12.0 on) changes nothing here: the parser cases do
+  not send ``parallel_tool_calls=false``.
 
-These releases have no ``kimi_k2`` reasoning parser, so ``thinking`` changes nothing: a
-``<think>`` block stays in the text the tool parser sees.  A named or ``required``
-tool_choice is answered with structured outputs (guided JSON), not with the kimi_k2 parser,
-so such cases are ``unavailable`` here (as for ``sglang-kt``): there is no parser behaviour to
-test, and the adapter's glue is not at fault.
+The server modelled is started with ``--reasoning-parser kimi_k2`` where the release has one
+(as ``vllm``'s, ``K2CONFORM_VLLM_REASONING=0``: without it, for thinking-off requests).  A
+named or ``required`` tool_choice is answered with structured outputs (guided JSON), not with
+the kimi_k2 parser, so such cases are ``unavailable`` here (as for ``sglang-kt``): there is no
+parser behaviour to test, and the adapter's glue is not at fault.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 import json
 from typing import Any, Sequence
 
@@ -40,21 +55,81 @@ from k2conform.adapter.contract import (
     require_api,
 )
 from k2conform.adapter.glue import RandomIds, build_chat_request, event_of, load_once, tool_calls_of
-from k2conform.model import Delta, Request, Result, StreamEvent
+from k2conform.model import Delta, Request, Result, StreamEvent, ToolCall
 
-from k2conform_adapters.vllm_parser import load_kimi_tokenizer
+from k2conform_adapters.vllm_parser import (
+    PROMPT_TOKEN_IDS,
+    load_kimi_tokenizer,
+    server_reasoning_parser,
+)
 
-#: The release series whose server drove the regex-based KimiK2ToolParser this way.
-LEGACY_SERIES = ("0.10.", "0.11.")
+
+@dataclasses.dataclass(frozen=True)
+class ServingChat:
+    """Where one release's ``OpenAIServingChat`` finds the Kimi parsers, and its steps."""
+
+    #: The module of ``DeltaMessage``, ``DeltaToolCall`` and ``ToolCall``.
+    protocol: str
+    #: The module of ``ToolParserManager``.
+    tool_parsers: str
+    #: The module of ``OpenAIServing`` whose ``_parse_tool_calls_from_content`` the one-shot
+    #: path calls; None: the message is built from ``extract_tool_calls`` itself (0.10-0.11.0).
+    serving_engine: str | None
+    #: Whether the release registers a ``kimi_k2`` reasoning parser (0.13.0 on).
+    reasoning: bool
+    #: The module of ``OpenAIServingChat`` whose ``_create_remaining_args_delta`` builds the
+    #: end-of-stream arguments delta (0.14.0 on: it keeps the delta's id and name); None: a
+    #: delta of the arguments alone.
+    serving_chat: str | None = None
+    #: The module of ``ChatCompletionRequest``; None: ``protocol`` (before 0.15.0).
+    request_protocol: str | None = None
+    #: Whether the tool parser is built with the request's tools (0.19.0 on).
+    parser_takes_tools: bool = False
+    #: Whether a one-shot call keeps the parser's id, else gets ``make_tool_call_id`` of the
+    #: model's id type, ``functions.NAME:IDX`` for Kimi (0.16.0 on); otherwise every call
+    #: gets ``ToolCall``'s fresh ``chatcmpl-tool-`` id.
+    native_ids: bool = False
+
+
+_OPENAI = "vllm.entrypoints.openai"
+_REGEX_PARSER = ServingChat(f"{_OPENAI}.protocol", f"{_OPENAI}.tool_parsers", None, False)
+_SERVING_ENGINE = ServingChat(
+    f"{_OPENAI}.protocol", f"{_OPENAI}.tool_parsers", f"{_OPENAI}.serving_engine", False
+)
+_TOOL_PARSERS_MOVED = ServingChat(
+    f"{_OPENAI}.protocol", "vllm.tool_parsers", f"{_OPENAI}.serving_engine", True
+)
+_CHAT_COMPLETION = ServingChat(
+    f"{_OPENAI}.engine.protocol",
+    "vllm.tool_parsers",
+    f"{_OPENAI}.engine.serving",
+    True,
+    f"{_OPENAI}.chat_completion.serving",
+    f"{_OPENAI}.chat_completion.protocol",
+)
+_NATIVE_IDS = dataclasses.replace(_CHAT_COMPLETION, native_ids=True)
+#: The releases run with this glue (docs/releases.md), each with its server's steps.
+SERVING = {
+    "0.10.0": _REGEX_PARSER,
+    "0.10.1": _REGEX_PARSER,
+    "0.11.0": _REGEX_PARSER,
+    "0.11.1": _SERVING_ENGINE,
+    "0.12.0": _SERVING_ENGINE,
+    "0.13.0": _TOOL_PARSERS_MOVED,
+    "0.14.0": dataclasses.replace(_TOOL_PARSERS_MOVED, serving_chat=f"{_OPENAI}.serving_chat"),
+    "0.15.0": _CHAT_COMPLETION,
+    "0.16.0": _NATIVE_IDS,
+    "0.17.0": _NATIVE_IDS,
+    "0.18.0": _NATIVE_IDS,
+    "0.19.0": dataclasses.replace(_NATIVE_IDS, parser_takes_tools=True),
+}
 
 
 class VllmLegacyAdapter(Adapter):
     name = "vllm-legacy"
     package = "vllm"
-    supported_versions = ("0.10.0", "0.10.1", "0.10.1.1", "0.10.2", "0.11.0")
-    description = (
-        "vLLM 0.10-0.11 OpenAI server: --tool-call-parser kimi_k2 (the regex-based parser)"
-    )
+    supported_versions = tuple(SERVING)
+    description = "vLLM 0.10-0.19 OpenAI server: --tool-call-parser kimi_k2, called directly"
 
     def __init__(self, tokenizer: Any | None = None) -> None:
         self._tokenizer = tokenizer
@@ -62,26 +137,28 @@ class VllmLegacyAdapter(Adapter):
     @load_once
     def load(self) -> None:
         installed = self.version()
-        if installed is not None and not installed.startswith(LEGACY_SERIES):
+        if installed not in SERVING:
             raise AdapterUnavailable(
-                f"vllm {installed} is installed here; the regex-based kimi_k2 parser is in vllm "
-                f"{'/'.join(s.rstrip('.') for s in LEGACY_SERIES)}: run it in its own environment "
-                "with --adapter 'cmd:/that/venv/bin/k2conform serve-adapter vllm-legacy'"
+                f"vllm {installed} is installed here; this glue drives vllm "
+                f"{', '.join(SERVING)}: run one in its own environment with --adapter "
+                "'cmd:/that/venv/bin/k2conform serve-adapter vllm-legacy'"
             )
+        self._serving = SERVING[installed]
         vllm = import_parser_package("vllm")
-        with glue_imports("vllm (0.10/0.11)"):
-            from vllm.entrypoints.openai import protocol
-            from vllm.entrypoints.openai.tool_parsers import ToolParserManager
+        with glue_imports(f"vllm {installed}"):
+            protocol = importlib.import_module(self._serving.protocol)
+            requests = importlib.import_module(self._serving.request_protocol or protocol.__name__)
+            tool_parsers = importlib.import_module(self._serving.tool_parsers)
+        require_api(requests, "ChatCompletionRequest", owner_name=requests.__name__)
         require_api(
-            protocol, "ChatCompletionRequest", owner_name="vllm.entrypoints.openai.protocol"
+            protocol,
+            "DeltaMessage",
+            "DeltaToolCall",
+            "DeltaFunctionCall",
+            owner_name=protocol.__name__,
         )
-        require_api(ToolParserManager, "get_tool_parser", owner_name="ToolParserManager")
-        try:
-            self._parser_cls = ToolParserManager.get_tool_parser("kimi_k2")
-        except KeyError as exc:
-            raise AdapterGlueError(
-                "ToolParserManager.get_tool_parser('kimi_k2')", str(exc)
-            ) from exc
+        require_api(tool_parsers, "ToolParserManager", owner_name=tool_parsers.__name__)
+        self._parser_cls = _registered(tool_parsers.ToolParserManager, "get_tool_parser")
         require_api(
             self._parser_cls,
             "extract_tool_calls",
@@ -89,86 +166,268 @@ class VllmLegacyAdapter(Adapter):
             "adjust_request",
             owner_name="KimiK2ToolParser",
         )
+        self._parse_from_content = self._reasoning_cls = None
+        if self._serving.serving_engine is not None:
+            with glue_imports(f"vllm {installed}"):
+                engine = importlib.import_module(self._serving.serving_engine)
+            require_api(engine, "OpenAIServing", owner_name=engine.__name__)
+            require_api(
+                engine.OpenAIServing, "_parse_tool_calls_from_content", owner_name="OpenAIServing"
+            )
+            require_api(protocol, "ToolCall", owner_name=protocol.__name__)
+            self._parse_from_content = engine.OpenAIServing._parse_tool_calls_from_content
+        if self._serving.reasoning:
+            with glue_imports(f"vllm {installed}"):
+                from vllm.reasoning import ReasoningParserManager
+            self._reasoning_cls = _registered(ReasoningParserManager, "get_reasoning_parser")
+            require_api(
+                self._reasoning_cls,
+                "extract_reasoning",
+                "extract_reasoning_streaming",
+                "is_reasoning_end",
+                "extract_content_ids",
+                owner_name="kimi_k2 reasoning parser",
+            )
+        if self._serving.native_ids:
+            with glue_imports(f"vllm {installed}"):
+                from vllm.entrypoints import chat_utils
+            require_api(chat_utils, "make_tool_call_id", owner_name="vllm.entrypoints.chat_utils")
+            self._make_tool_call_id = chat_utils.make_tool_call_id
+        self._remaining_args_delta = None
+        if self._serving.serving_chat is not None:
+            with glue_imports(f"vllm {installed}"):
+                serving_chat = importlib.import_module(self._serving.serving_chat)
+            require_api(serving_chat, "OpenAIServingChat", owner_name=serving_chat.__name__)
+            chat_cls = serving_chat.OpenAIServingChat
+            require_api(chat_cls, "_create_remaining_args_delta", owner_name="OpenAIServingChat")
+            self._remaining_args_delta = chat_cls._create_remaining_args_delta
         if self._tokenizer is None:
             self._tokenizer = load_kimi_tokenizer()
-        self._request_cls = protocol.ChatCompletionRequest
+        self._protocol = protocol
+        self._request_cls = requests.ChatCompletionRequest
+        fields = protocol.DeltaMessage.model_fields
+        self._reasoning_field = "reasoning" if "reasoning" in fields else "reasoning_content"
         self._version = vllm.__version__
 
     def _chat_request(self, request: Request) -> Any:
         if not isinstance(request.tool_choice, str) or request.tool_choice == "required":
             raise AdapterUnavailable(
-                f"tool_choice {json.dumps(request.tool_choice)}: vLLM 0.11 answers it with "
-                "structured outputs, not the kimi_k2 parser"
+                f"tool_choice {json.dumps(request.tool_choice)}: vLLM {self._version} answers it "
+                "with structured outputs, not the kimi_k2 parser"
             )
-        # These releases read no thinking switch: no chat_template_kwargs.
+        # Before the kimi_k2 reasoning parser nothing read the thinking switch.
         return build_chat_request(
-            self._request_cls, request, choice_without_tools=None, template_kwargs=False
+            self._request_cls,
+            request,
+            choice_without_tools=None,
+            template_kwargs=self._serving.reasoning,
         )
 
-    def _prepare(self, request: Request) -> tuple[Any, bool]:
+    def _prepare(self, request: Request) -> tuple[Any, bool, Any]:
+        """The request after ``adjust_request``, whether tools are parsed ("auto" with tools),
+        and a fresh reasoning parser when the modelled server runs one."""
         self.load()
         chat_request = self._chat_request(request)
         auto = bool(chat_request.tools) and chat_request.tool_choice in ("auto", None)
         if chat_request.tool_choice != "none":
-            parser = call_parser(self._parser_cls, self._tokenizer)
+            parser = self._new_tool_parser(chat_request)
             chat_request = call_parser(parser.adjust_request, request=chat_request)
-        return chat_request, auto
+        reasoning = None
+        if self._reasoning_cls is not None and (request.thinking or server_reasoning_parser()):
+            reasoning = call_parser(
+                self._reasoning_cls,
+                self._tokenizer,
+                chat_template_kwargs=chat_request.chat_template_kwargs,
+            )
+        return chat_request, auto, reasoning
+
+    def _new_tool_parser(self, chat_request: Any) -> Any:
+        tools = (chat_request.tools,) if self._serving.parser_takes_tools else ()
+        return call_parser(self._parser_cls, self._tokenizer, *tools)
 
     def parse_whole(self, request: Request, output: Delta) -> Result:
-        chat_request, auto = self._prepare(request)
+        chat_request, auto, reasoning_parser = self._prepare(request)
         meta = {"version": self._version}
+        reasoning, content = None, output.text
+        if reasoning_parser is not None:
+            reasoning, content = call_parser(
+                reasoning_parser.extract_reasoning, output.text, request=chat_request
+            )
+            if not chat_request.include_reasoning:
+                reasoning = None
+        if self._parse_from_content is None:
+            return self._regex_parser_message(chat_request, auto, content, meta)
+        calls, content = call_parser(
+            self._parse_from_content,
+            request=chat_request,
+            tokenizer=self._tokenizer,
+            content=content,
+            enable_auto_tools=True,
+            tool_parser_cls=self._parser_cls,
+        )
+        ids = RandomIds.chatcmpl()
+        tool_calls: tuple[ToolCall, ...] = ()
+        if auto and calls:  # the "auto" branch; "none" or no tools keep the content
+            made = [self._message_call(n, call) for n, call in enumerate(calls)]
+            tool_calls = tool_calls_of(made, ids)
+        return Result(
+            content=content, reasoning=reasoning, tool_calls=tool_calls, meta=ids.meta(**meta)
+        )
+
+    def _message_call(self, history_count: int, call: Any) -> Any:
+        """The message's ``ToolCall`` for one parsed call (the conversation has no earlier
+        calls, so ``get_history_tool_calls_cnt`` starts the count at 0)."""
+        if not self._serving.native_ids:
+            return self._protocol.ToolCall(function=call, type="function")
+        tool_id = call.id or call_parser(
+            self._make_tool_call_id, id_type="kimi_k2", func_name=call.name, idx=history_count
+        )
+        return self._protocol.ToolCall(id=tool_id, function=call)
+
+    def _regex_parser_message(
+        self, chat_request: Any, auto: bool, content: str | None, meta: dict[str, Any]
+    ) -> Result:
+        """0.10.0-0.11.0's message: the parser's own calls and ids, else its content."""
         if not auto:
-            return Result(content=output.text, meta=meta)
-        parser = call_parser(self._parser_cls, self._tokenizer)
-        info = call_parser(parser.extract_tool_calls, output.text, request=chat_request)
+            return Result(content=content, meta=meta)
+        parser = self._new_tool_parser(chat_request)
+        info = call_parser(parser.extract_tool_calls, content, request=chat_request)
         if info.tools_called:
             calls = tool_calls_of(info.tool_calls, RandomIds.chatcmpl())
             return Result(content=info.content, tool_calls=calls, meta=meta)
-        content = info.content if info.content else output.text
-        return Result(content=content, meta=meta)
+        return Result(content=info.content if info.content else content, meta=meta)
 
     def parse_stream(self, request: Request, deltas: Sequence[Delta]) -> list[StreamEvent]:
-        chat_request, auto = self._prepare(request)
+        chat_request, auto, reasoning_parser = self._prepare(request)
+        tool_parser = self._new_tool_parser(chat_request) if auto else None
+        stream = _ServerStream(
+            chat_request, tool_parser, reasoning_parser, self._protocol, self._remaining_args_delta
+        )
         steps = list(deltas) or [Delta("")]
-        if not auto:
-            return [StreamEvent(content=d.text) for d in steps if d.text]
-        parser = call_parser(self._parser_cls, self._tokenizer)
-        previous_text, previous_ids = "", []
         events: list[StreamEvent] = []
         ids = RandomIds.chatcmpl()
         for n, delta in enumerate(steps):
-            last = n == len(steps) - 1
-            current_text = previous_text + delta.text
-            current_ids = previous_ids + list(delta.token_ids)
-            message = call_parser(
-                parser.extract_tool_calls_streaming,
-                previous_text=previous_text,
-                current_text=current_text,
-                delta_text=delta.text,
-                previous_token_ids=previous_ids,
-                current_token_ids=current_ids,
-                delta_token_ids=list(delta.token_ids),
-                request=chat_request,
-            )
-            previous_text, previous_ids = current_text, current_ids
-            if (
-                last
-                and message is not None
-                and message.tool_calls
-                and message.tool_calls[0].function
-                and message.tool_calls[0].function.arguments is not None
-            ):
-                message = self._unstreamed_args(parser, message)
-            event = event_of(message, ids, reasoning_field="reasoning_content")
+            message = stream.step(delta, last=n == len(steps) - 1)
+            event = event_of(message, ids, reasoning_field=self._reasoning_field)
             if event is not None:
                 events.append(event)
         return events
 
-    @staticmethod
-    def _unstreamed_args(parser: Any, message: Any) -> Any:
-        """The 0.11 server's end-of-stream step: send what partial-JSON parsing autocompleted."""
-        from vllm.entrypoints.openai.protocol import DeltaFunctionCall, DeltaMessage, DeltaToolCall
 
+def _registered(manager: Any, getter: str) -> Any:
+    """``manager.getter("kimi_k2")`` as the server calls it at start-up."""
+    require_api(manager, getter, owner_name=manager.__name__)
+    try:
+        return getattr(manager, getter)("kimi_k2")
+    except (KeyError, TypeError) as exc:
+        raise AdapterGlueError(f"{manager.__name__}.{getter}('kimi_k2')", str(exc)) from exc
+
+
+class _ServerStream:
+    """One choice of ``chat_completion_stream_generator``: its running texts and token ids,
+    and which parser each engine output goes to."""
+
+    def __init__(
+        self,
+        chat_request: Any,
+        tool_parser: Any,
+        reasoning_parser: Any,
+        protocol: Any,
+        remaining_args_delta: Any,
+    ) -> None:
+        self._request = chat_request
+        self._remaining_args_delta = remaining_args_delta
+        self._tools = tool_parser
+        self._reasoning = reasoning_parser
+        self._protocol = protocol
+        self._text, self._ids = "", []
+        self._tokens_seen = 0
+        self._reasoning_ended = False
+        self._content_handed_over = False
+
+    def step(self, delta: Delta, last: bool) -> Any:
+        if not delta.text and not delta.token_ids and not self._tokens_seen:
+            return None  # "chunked prefill": no chunk before the first token
+        token_ids = list(delta.token_ids)
+        tracked = self._tools is not None or self._reasoning is not None
+        current_text, current_ids = self._text + delta.text, self._ids + token_ids
+        if self._tools is not None and self._reasoning is not None:
+            message, current_text, current_ids = self._reasoning_then_tools(
+                delta.text, token_ids, current_text, current_ids
+            )
+        elif self._tools is not None:
+            message = self._tool_delta(delta.text, current_text, current_ids, token_ids)
+        elif self._reasoning is not None:
+            message = call_parser(
+                self._reasoning.extract_reasoning_streaming,
+                self._text,
+                current_text,
+                delta.text,
+                self._ids,
+                current_ids,
+                token_ids,
+            )
+        elif delta.text:
+            message = self._protocol.DeltaMessage(content=delta.text)
+        else:
+            message = None  # a chunk with nothing in it
+        if tracked:
+            self._text, self._ids = current_text, current_ids
+        self._tokens_seen += len(token_ids)
+        if last and self._tools is not None and _carries_arguments(message):
+            message = self._unstreamed_args(message)
+        return message
+
+    def _tool_delta(
+        self, delta_text: str, current_text: str, current_ids: list[int], token_ids: list[int]
+    ) -> Any:
+        return call_parser(
+            self._tools.extract_tool_calls_streaming,
+            previous_text=self._text,
+            current_text=current_text,
+            delta_text=delta_text,
+            previous_token_ids=self._ids,
+            current_token_ids=current_ids,
+            delta_token_ids=token_ids,
+            request=self._request,
+        )
+
+    def _reasoning_then_tools(
+        self, delta_text: str, token_ids: list[int], current_text: str, current_ids: list[int]
+    ) -> tuple[Any, str, list[int]]:
+        """Reasoning until its end shows in an output's ids; from that output on, the tool
+        parser, first handed everything after the reasoning as one delta (0.13)."""
+        message = None
+        if not self._reasoning_ended:
+            if call_parser(self._reasoning.is_reasoning_end, PROMPT_TOKEN_IDS):
+                self._reasoning_ended, current_ids = True, token_ids
+            else:
+                message = call_parser(
+                    self._reasoning.extract_reasoning_streaming,
+                    self._text,
+                    current_text,
+                    delta_text,
+                    self._ids,
+                    current_ids,
+                    token_ids,
+                )
+                if call_parser(self._reasoning.is_reasoning_end, token_ids):
+                    self._reasoning_ended = True
+                    current_ids = call_parser(self._reasoning.extract_content_ids, token_ids)
+                    current_text = ""
+                    if message is not None and message.content:
+                        current_text, message.content = message.content, None
+        if self._reasoning_ended:
+            if not self._content_handed_over:
+                self._content_handed_over = True
+                self._text, self._ids = "", []
+                delta_text, token_ids = current_text, current_ids
+            message = self._tool_delta(delta_text, current_text, current_ids, token_ids)
+        return message, current_text, current_ids
+
+    def _unstreamed_args(self, message: Any) -> Any:
+        """The server's end-of-stream step: send what partial-JSON parsing autocompleted."""
+        parser, protocol = self._tools, self._protocol
         called = len(parser.prev_tool_call_arr) > 0
         index = len(parser.prev_tool_call_arr) - 1 if called else 0
         latest = message.tool_calls[0].function.arguments
@@ -180,11 +439,19 @@ class VllmLegacyAdapter(Adapter):
         if latest_len > 0:
             actual_call = actual_call[:-latest_len]
         remaining = expected_call.replace(actual_call, "", 1)
-        return DeltaMessage(
-            tool_calls=[
-                DeltaToolCall(
-                    index=index,
-                    function=DeltaFunctionCall(arguments=remaining).model_dump(exclude_none=True),
-                )
-            ]
+        if self._remaining_args_delta is not None:
+            return call_parser(self._remaining_args_delta, message, remaining, index)
+        function = protocol.DeltaFunctionCall(arguments=remaining).model_dump(exclude_none=True)
+        return protocol.DeltaMessage(
+            tool_calls=[protocol.DeltaToolCall(index=index, function=function)]
         )
+
+
+def _carries_arguments(message: Any) -> bool:
+    """``_should_check_for_unstreamed_tool_arg_tokens``: the finishing delta has arguments."""
+    return bool(
+        message is not None
+        and message.tool_calls
+        and message.tool_calls[0].function
+        and message.tool_calls[0].function.arguments is not None
+    )
