@@ -55,14 +55,23 @@ parsers-extra: setup
 
 # The extra parsers' lane: `matrix` first (reference + vLLM + SGLang in process, gated by
 # baseline.json), then reference + the extra parsers the reviewed baseline-extra.json covers
-# (each through its own venv), gated by it.  Exit 1 on a new finding or a stale entry in either,
-# or when an environment that baseline covers is not built.  The default --timeout (20 s) is the
-# one the baseline's timeout entries were reviewed with; the hello may take 4 x --timeout.
+# (each through its own venv), gated by it, then every older vLLM and SGLang release
+# baseline-releases-{vllm,sglang}.json cover (docs/releases.md), gated by them, and their
+# history with the in-process releases.  Exit 1 on a new finding or a stale entry in any, or when an environment
+# a baseline covers is not built.  The default --timeout (20 s) is the one the baselines'
+# timeout entries were reviewed with; the hello may take 4 x --timeout.
 matrix-extra: matrix parsers-extra
-	$(BIN)/k2conform setup-parsers --adapters \
-		| $(BIN)/python -c 'import json, sys; names = json.load(open("baseline-extra.json"))["adapters"]; sys.stdout.writelines(line for line in sys.stdin if line.startswith("--adapter=") and line.split("=")[1] in names)' \
+	$(BIN)/k2conform setup-parsers --adapters --baseline baseline-extra.json \
 		| xargs -d '\n' $(BIN)/k2conform run --adapter reference --baseline baseline-extra.json \
 		--html report/extra/index.html --json report/extra/results.json --markdown report/extra/summary.md
+	for line in vllm sglang; do \
+		$(BIN)/k2conform setup-parsers --adapters --baseline baseline-releases-$$line.json \
+		| xargs -d '\n' $(BIN)/k2conform run --baseline baseline-releases-$$line.json \
+		--html report/releases-$$line/index.html --json report/releases-$$line/results.json \
+		--markdown report/releases-$$line/summary.md || exit $$?; \
+	done
+	$(BIN)/k2conform history report/releases-vllm/results.json report/releases-sglang/results.json \
+		report/results.json --markdown report/history.md --json report/history.json
 
 test-extra: parsers-extra
 	$(BIN)/python -m pytest tests/test_more_parsers.py

@@ -444,9 +444,10 @@ def test_a_release_the_glue_does_not_fit_is_an_adapter_error(name, break_release
     assert "status='adapter-error'" in done.stdout and missing in done.stdout, done.stderr[-2000:]
 
 
-#: The adapters of the extra lane (`make matrix-extra`): the extra parsers and the vllm-legacy
-#: environment, each named as `k2conform setup-parsers --adapters` names it.
-EXTRA_LANE = set(PINNED) | {"vllm-0.11.0"}
+#: The adapters of the extra lane (`make matrix-extra`): the extra parsers, each named as
+#: `k2conform setup-parsers --adapters` names it (the older vLLM and SGLang releases have
+#: baseline-releases-vllm.json and baseline-releases-sglang.json).
+EXTRA_LANE = set(PINNED)
 
 
 def test_baseline_extra_covers_exactly_the_extra_parsers_with_reviewed_entries():
@@ -586,13 +587,16 @@ def test_glue_generations_differ_where_their_serving_code_does(environment, over
     assert {key: observed[key] for key in expected} == expected, result
 
 
-def test_baseline_releases_sglang_vouches_for_each_sglang_release_environment():
-    """baseline-releases-sglang.json, the gate of the SGLang release environments, names exactly
-    those environments (0.5.23 is baseline.json's), each with entries, every entry reviewed."""
+@pytest.mark.parametrize("line", ["vllm", "sglang"])
+def test_each_release_baseline_vouches_for_exactly_its_lines_release_environments(line):
+    """baseline-releases-LINE.json, the gate of LINE's release environments, names exactly those
+    environments (the in-process release is baseline.json's), each with entries, every entry
+    with a reason and no extra parser's (baseline-extra.json) among them."""
     from k2conform.gate.baseline import load_baseline
 
-    releases = {name for name, (line, _) in RELEASE_ENVIRONMENTS.items() if line == "sglang"}
-    baseline = load_baseline(ROOT / "baseline-releases-sglang.json")
+    releases = {name for name in RELEASE_ENVIRONMENTS if name.split("-")[0] == line}
+    baseline = load_baseline(ROOT / f"baseline-releases-{line}.json")
     assert set(baseline.adapters) == releases, sorted(set(baseline.adapters) ^ releases)
     assert {e.adapter for e in baseline.entries} == releases
+    assert not releases & set(load_baseline(ROOT / "baseline-extra.json").adapters)
     _assert_every_entry_reviewed(baseline.entries)
