@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import fcntl
 import shutil
 import subprocess
 import sys
+import tempfile
 import tomllib
 import venv
 import zipfile
@@ -32,22 +34,25 @@ def installed(tmp_path_factory):
     """(venv python, the wheel, a working directory outside the checkout)."""
     base = tmp_path_factory.mktemp("wheel")
     # setuptools builds in ./build and reuses what it finds there: a file removed from the tree
-    # since the last build would still ship.  build/ is a build artifact (.gitignore).
-    shutil.rmtree(ROOT / "build", ignore_errors=True)
-    built = _run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--no-deps",
-            "--no-build-isolation",
-            "-w",
-            str(base / "dist"),
-            str(ROOT),
-        ],
-        cwd=base,
-    )
+    # since the last build would still ship.  build/ is a build artifact (.gitignore).  Each
+    # pytest-xdist worker has its own module fixture: one build at a time in the checkout.
+    with open(Path(tempfile.gettempdir()) / "k2conform-wheel-build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        shutil.rmtree(ROOT / "build", ignore_errors=True)
+        built = _run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "wheel",
+                "--no-deps",
+                "--no-build-isolation",
+                "-w",
+                str(base / "dist"),
+                str(ROOT),
+            ],
+            cwd=base,
+        )
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
     (wheel,) = (base / "dist").glob("k2conform-*.whl")
     venv.create(base / "venv", with_pip=True)
