@@ -18,12 +18,17 @@ What the server does (``vllm/entrypoints/openai/chat_completion/serving.py``):
   (it runs ``finalize_generation`` and flushes the engine parsers'
   ``finish_streaming``).  There is no separate end call in 0.33.0.
 
-The adapter calls exactly those objects.  In 0.25.0-0.32.0 (``INLINE_SERVING``) those two
+The adapter calls exactly those objects.  In 0.23.0-0.32.0 (``INLINE_SERVING``) those two
 steps were still inline in ``serving.py``: one-shot, ``parse`` then the message rule of
 ``chat_completion_full_generator`` (re-stated in ``inline_message_fields``; the ids are that
 release's ``make_tool_call_id()``); streaming, ``parse_delta(..., finished=...)`` per engine
 output, empty outputs before the first token skipped, no ``tool_choice`` filter after it;
 ``get_parser`` takes the tokenizer and the parser ``set_prompt_token_ids`` from 0.32.0 on.
+In 0.23.0-0.24.0 (``SERVER_MINTED_IDS``) the server, not the parser, applies the Kimi id
+type; 0.23.0 (``SPLIT_ADJUST``) adjusts the request with the two parsers separately.
+0.28.0's ``get_parser`` returns the ``KimiK2Parser`` engine itself when both parsers are
+kimi_k2 (``ParserManager._get_parser_engine_cls``): the server builds, adjusts with and parses
+through that class as it does through a composition.
 
 The server is the one ``vllm-server`` runs: started with ``--tool-call-parser kimi_k2
 --reasoning-parser kimi_k2``, so every request's parser is the composition with the reasoning
@@ -58,6 +63,7 @@ from k2conform.adapter.contract import (
     require_api,
 )
 from k2conform.adapter.glue import (
+    CASE_MESSAGES,
     MODEL_NAME,
     RandomIds,
     build_chat_request,
@@ -77,16 +83,29 @@ PROMPT_TOKEN_IDS = [
 ]
 #: The releases whose ``serving.py`` drives the composed parser itself (see above).
 INLINE_SERVING = (
+    "0.23.0",
+    "0.24.0",
     "0.25.0",
     "0.25.1",
     "0.26.0",
     "0.27.0",
     "0.27.1",
+    "0.28.0",
     "0.29.0",
     "0.30.0",
     "0.31.0",
     "0.32.0",
 )
+#: The releases whose ``serving.py``, not the parser, knows the tool-call id type
+#: (``get_tool_call_id_type``): it builds the parsers without ``model_config``, tells each
+#: stream's ``_stream_state`` the id type and the history's call count, and mints
+#: ``functions.NAME:IDX`` itself for a one-shot call that has no id.
+SERVER_MINTED_IDS = ("0.23.0", "0.24.0")
+#: The releases whose renderer (``entrypoints/serve/render/serving.py``) adjusts the request
+#: with the reasoning parser's and then the tool parser's own ``adjust_request``, not the
+#: composed parser's; their ``get_parser`` takes no ``is_harmony`` and their one-shot
+#: ``parse`` gets no token ids.
+SPLIT_ADJUST = ("0.23.0",)
 #: The releases whose server hands the tokenizer to ``get_parser`` and the prompt's token ids
 #: to ``set_prompt_token_ids``.
 PROMPT_IDS_RELEASES = ("0.32.0", "0.33.0")
@@ -127,6 +146,7 @@ class VllmAdapter(Reproducible, Adapter):
         vllm = import_parser_package("vllm")
         self._version = vllm.__version__
         self._inline = self._version in INLINE_SERVING
+        self._split = self._version in SPLIT_ADJUST
         self._prompt_ids = (
             self._version not in INLINE_SERVING or self._version in PROMPT_IDS_RELEASES
         )
@@ -148,11 +168,6 @@ class VllmAdapter(Reproducible, Adapter):
             owner_name="DelegatingParser",
         )
         require_api(protocol, "ChatCompletionRequest", owner_name="chat_completion.protocol")
-        self._load_serving_steps()
-        if self._tokenizer is None:
-            self._tokenizer = load_kimi_tokenizer()
-        self._compose(parser_manager.ParserManager, ToolParserManager)
-        self._request_cls = protocol.ChatCompletionRequest
         # get_tool_call_id_type() reads hf_config.model_type: a Kimi K2 checkpoint says
         # "kimi_k2", which makes any id the parser itself mints ``functions.NAME:IDX``.
         self._model_config = types.SimpleNamespace(
@@ -161,10 +176,16 @@ class VllmAdapter(Reproducible, Adapter):
             hf_text_config=types.SimpleNamespace(model_type="kimi_k2"),
             hf_overrides={},
         )
+        self._load_serving_steps()
+        if self._tokenizer is None:
+            self._tokenizer = load_kimi_tokenizer()
+        self._compose(parser_manager.ParserManager, ToolParserManager)
+        self._request_cls = protocol.ChatCompletionRequest
 
     def _load_serving_steps(self) -> None:
         """The server's own steps around the parser: 0.33's helpers, or the id minting the
         inline generation's message rule needs."""
+        self._server_ids: tuple[str, int] | None = None
         if self._inline:
             where = (
                 "vllm.renderers.chat_utils"
@@ -175,6 +196,20 @@ class VllmAdapter(Reproducible, Adapter):
                 module = importlib.import_module(where)
             require_api(module, "make_tool_call_id", owner_name=module.__name__)
             self._make_tool_call_id = module.make_tool_call_id
+            if self._version in SERVER_MINTED_IDS:
+                require_api(
+                    module,
+                    "get_tool_call_id_type",
+                    "get_history_tool_calls_cnt",
+                    owner_name=module.__name__,
+                )
+                id_type = module.get_tool_call_id_type(self._model_config)
+                history = (
+                    module.get_history_tool_calls_cnt(list(CASE_MESSAGES))
+                    if id_type == "kimi_k2"
+                    else 0
+                )
+                self._server_ids = (id_type, history)
             return
         with glue_imports("vllm"):
             from vllm.entrypoints.openai.chat_completion import message_assembly, stream_processor
@@ -194,6 +229,7 @@ class VllmAdapter(Reproducible, Adapter):
         """``ParserManager.get_parser`` as the server calls it at start-up, with and without
         the reasoning parser (it validates the tokenizer, too, where it takes one)."""
         tokenizer = {"tokenizer": self._tokenizer} if self._prompt_ids else {}
+        harmony = {} if self._split else {"is_harmony": False}
         try:
             registered = tool_parsers.get_tool_parser("kimi_k2")
             self._parser_cls = {
@@ -202,7 +238,7 @@ class VllmAdapter(Reproducible, Adapter):
                     reasoning_parser_name="kimi_k2" if thinking else None,
                     enable_auto_tools=True,
                     model_name=MODEL_NAME,
-                    is_harmony=False,
+                    **harmony,
                     **tokenizer,
                 )
                 for thinking in (False, True)
@@ -211,8 +247,10 @@ class VllmAdapter(Reproducible, Adapter):
             raise AdapterGlueError(
                 "ParserManager.get_parser", f"{type(exc).__name__}: {exc}"
             ) from exc
+        # 0.28.0's manager hands back the parser engine both kimi_k2 adapters share.
+        engine = getattr(registered, "_parser_engine_cls", None)
         for cls in self._parser_cls.values():
-            if cls is None or cls.tool_parser_cls is not registered:
+            if cls is None or (cls.tool_parser_cls is not registered and cls is not engine):
                 raise AdapterGlueError("ParserManager.get_parser", "did not compose kimi_k2")
 
     def _new_parser(self, cls: Any, chat_request: Any) -> Any:
@@ -224,12 +262,53 @@ class VllmAdapter(Reproducible, Adapter):
             model_config=self._model_config,
         )
 
+    def _serving_parser(self, cls: Any, chat_request: Any, *, stream: bool) -> Any:
+        """The parser ``serving.py`` builds for a choice (``SERVER_MINTED_IDS``: without
+        ``model_config``; a stream's is told the id type and the history's call count)."""
+        if self._server_ids is None:
+            return self._new_parser(cls, chat_request)
+        parser = call_parser(
+            cls,
+            self._tokenizer,
+            chat_request.tools,
+            chat_template_kwargs=chat_request.chat_template_kwargs,
+        )
+        if stream:
+            require_api(parser, "_stream_state", owner_name="DelegatingParser")
+            state = parser._stream_state
+            state.tool_call_id_type, state.history_tool_call_cnt = self._server_ids
+        return parser
+
+    def _mint_id(self, name: str, n: int) -> str:
+        """``make_tool_call_id`` for the message's n-th kept call when it has no id."""
+        if self._server_ids is None:
+            return call_parser(self._make_tool_call_id)
+        id_type, history = self._server_ids
+        return call_parser(
+            self._make_tool_call_id, id_type=id_type, func_name=name, idx=history + n
+        )
+
     def _prepare(self, request: Request) -> tuple[Any, Any]:
         """The request after ``adjust_request`` (on its own instance, as the renderer does)."""
         self.load()
         cls = self._parser_cls[request.thinking or server_reasoning_parser()]
         chat_request = build_chat_request(self._request_cls, request, choice_without_tools=None)
-        chat_request = call_parser(self._new_parser(cls, chat_request).adjust_request, chat_request)
+        if not self._split:
+            chat_request = call_parser(
+                self._new_parser(cls, chat_request).adjust_request, chat_request
+            )
+            return cls, chat_request
+        if cls.reasoning_parser_cls is not None:
+            reasoning_parser = call_parser(
+                cls.reasoning_parser_cls,
+                self._tokenizer,
+                model_config=self._model_config,
+                chat_template_kwargs=chat_request.chat_template_kwargs,
+            )
+            chat_request = call_parser(reasoning_parser.adjust_request, chat_request)
+        if chat_request.tool_choice != "none":
+            tool_parser = call_parser(cls.tool_parser_cls, self._tokenizer, chat_request.tools)
+            chat_request = call_parser(tool_parser.adjust_request, chat_request)
         return cls, chat_request
 
     def structural_tag(self, request: Request) -> str | None:
@@ -244,15 +323,12 @@ class VllmAdapter(Reproducible, Adapter):
 
     def parse_whole(self, request: Request, output: Delta) -> Result:
         cls, chat_request = self._prepare(request)
-        parser = self._new_parser(cls, chat_request)
+        parser = self._serving_parser(cls, chat_request, stream=False)
         if self._prompt_ids:
             call_parser(parser.set_prompt_token_ids, PROMPT_TOKEN_IDS)
+        token_ids = {} if self._split else {"model_output_token_ids": list(output.token_ids)}
         reasoning, content, calls = call_parser(
-            parser.parse,
-            output.text,
-            chat_request,
-            enable_auto_tools=True,
-            model_output_token_ids=list(output.token_ids),
+            parser.parse, output.text, chat_request, enable_auto_tools=True, **token_ids
         )
         usage = {}
         if not self._inline:  # chat_completion_full_generator: right after parse
@@ -268,9 +344,9 @@ class VllmAdapter(Reproducible, Adapter):
                 ToolCall(
                     name=tc.name,
                     arguments=tc.arguments,
-                    id=ids.mask(tc.id or call_parser(self._make_tool_call_id)),
+                    id=ids.mask(tc.id or self._mint_id(tc.name, n)),
                 )
-                for tc in kept
+                for n, tc in enumerate(kept)
             )
             return Result(
                 content=content,
@@ -298,7 +374,7 @@ class VllmAdapter(Reproducible, Adapter):
     def parse_stream(self, request: Request, deltas: Sequence[Delta]) -> list[StreamEvent]:
         """One event per non-empty ``DeltaMessage``; the last delta carries ``finish_reason``."""
         cls, chat_request = self._prepare(request)
-        parser = self._new_parser(cls, chat_request)
+        parser = self._serving_parser(cls, chat_request, stream=True)
         step = (
             _inline_step(parser, chat_request)
             if self._inline
@@ -344,7 +420,7 @@ def server_reasoning_parser() -> bool:
 
 
 def _inline_step(parser: Any, chat_request: Any) -> Callable[[Delta, bool], Any]:
-    """0.25-0.32 ``chat_completion_stream_generator``: ``parse_delta`` per engine output, an
+    """0.23-0.32 ``chat_completion_stream_generator``: ``parse_delta`` per engine output, an
     empty output before the first token skipped ("chunked prefill")."""
     tokens_seen = 0
 
@@ -368,7 +444,7 @@ def _inline_step(parser: Any, chat_request: Any) -> Callable[[Delta, bool], Any]
 def inline_message_fields(
     chat_request: Any, reasoning: str | None, content: str | None, calls: Sequence[Any] | None
 ) -> tuple[str | None, str | None, list[Any]]:
-    """0.25-0.32 ``chat_completion_full_generator``'s message, auto tools on: the reasoning
+    """0.23-0.32 ``chat_completion_full_generator``'s message, auto tools on: the reasoning
     (unless hidden), the content, and the parsed calls it keeps (a named or ``required``
     tool_choice keeps them with content ``or ""``; ``auto`` with tools keeps them)."""
     if not chat_request.include_reasoning:
