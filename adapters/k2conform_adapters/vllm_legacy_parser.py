@@ -59,6 +59,8 @@ from k2conform.model import Delta, Request, Result, StreamEvent, ToolCall
 
 from k2conform_adapters.vllm_parser import (
     PROMPT_TOKEN_IDS,
+    calls_from_content,
+    carries_arguments,
     load_kimi_tokenizer,
     server_reasoning_parser,
 )
@@ -257,13 +259,8 @@ class VllmLegacyAdapter(Adapter):
                 reasoning = None
         if self._parse_from_content is None:
             return self._regex_parser_message(chat_request, auto, content, meta)
-        calls, content = call_parser(
-            self._parse_from_content,
-            request=chat_request,
-            tokenizer=self._tokenizer,
-            content=content,
-            enable_auto_tools=True,
-            tool_parser_cls=self._parser_cls,
+        calls, content = calls_from_content(
+            self._parse_from_content, chat_request, self._tokenizer, content, self._parser_cls
         )
         ids = RandomIds.chatcmpl()
         tool_calls: tuple[ToolCall, ...] = ()
@@ -374,7 +371,7 @@ class _ServerStream:
         if tracked:
             self._text, self._ids = current_text, current_ids
         self._tokens_seen += len(token_ids)
-        if last and self._tools is not None and _carries_arguments(message):
+        if last and self._tools is not None and carries_arguments(message):
             message = self._unstreamed_args(message)
         return message
 
@@ -445,13 +442,3 @@ class _ServerStream:
         return protocol.DeltaMessage(
             tool_calls=[protocol.DeltaToolCall(index=index, function=function)]
         )
-
-
-def _carries_arguments(message: Any) -> bool:
-    """``_should_check_for_unstreamed_tool_arg_tokens``: the finishing delta has arguments."""
-    return bool(
-        message is not None
-        and message.tool_calls
-        and message.tool_calls[0].function
-        and message.tool_calls[0].function.arguments is not None
-    )

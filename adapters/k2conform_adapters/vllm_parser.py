@@ -18,7 +18,7 @@ What the server does (``vllm/entrypoints/openai/chat_completion/serving.py``):
   (it runs ``finalize_generation`` and flushes the engine parsers'
   ``finish_streaming``).  There is no separate end call in 0.33.0.
 
-The adapter calls exactly those objects.  In 0.23.0-0.32.0 (``INLINE_SERVING``) those two
+The adapter calls exactly those objects.  In 0.21.0-0.32.0 (``INLINE_SERVING``) those two
 steps were still inline in ``serving.py``: one-shot, ``parse`` then the message rule of
 ``chat_completion_full_generator`` (re-stated in ``inline_message_fields``; the ids are that
 release's ``make_tool_call_id()``); streaming, ``parse_delta(..., finished=...)`` per engine
@@ -26,6 +26,9 @@ output, empty outputs before the first token skipped, no ``tool_choice`` filter 
 ``get_parser`` takes the tokenizer and the parser ``set_prompt_token_ids`` from 0.32.0 on.
 In 0.23.0-0.24.0 (``SERVER_MINTED_IDS``) the server, not the parser, applies the Kimi id
 type; 0.23.0 (``SPLIT_ADJUST``) adjusts the request with the two parsers separately.
+0.21.0 (``SEPARATE_PARSERS``; like 0.23.0, split adjust and server-minted ids) has no ``parse``:
+its ``serving.py`` builds the one-shot message from ``extract_reasoning`` and
+``_parse_tool_calls_from_content`` and streams through ``parse_delta`` without ``finished=``.
 0.28.0's ``get_parser`` returns the ``KimiK2Parser`` engine itself when both parsers are
 kimi_k2 (``ParserManager._get_parser_engine_cls``): the server builds, adjusts with and parses
 through that class as it does through a composition.
@@ -48,6 +51,7 @@ the last output (no ``continuous_usage_stats``).  The count goes to ``meta``, no
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import types
 from collections.abc import Callable, Sequence
@@ -83,6 +87,7 @@ PROMPT_TOKEN_IDS = [
 ]
 #: The releases whose ``serving.py`` drives the composed parser itself (see above).
 INLINE_SERVING = (
+    "0.21.0",
     "0.23.0",
     "0.24.0",
     "0.25.0",
@@ -100,12 +105,18 @@ INLINE_SERVING = (
 #: (``get_tool_call_id_type``): it builds the parsers without ``model_config``, tells each
 #: stream's ``_stream_state`` the id type and the history's call count, and mints
 #: ``functions.NAME:IDX`` itself for a one-shot call that has no id.
-SERVER_MINTED_IDS = ("0.23.0", "0.24.0")
+SERVER_MINTED_IDS = ("0.21.0", "0.23.0", "0.24.0")
 #: The releases whose renderer (``entrypoints/serve/render/serving.py``) adjusts the request
 #: with the reasoning parser's and then the tool parser's own ``adjust_request``, not the
 #: composed parser's; their ``get_parser`` takes no ``is_harmony`` and their one-shot
 #: ``parse`` gets no token ids.
-SPLIT_ADJUST = ("0.23.0",)
+SPLIT_ADJUST = ("0.21.0", "0.23.0")
+#: The releases whose ``serving.py`` builds the one-shot message from the reasoning parser's
+#: ``extract_reasoning`` and ``OpenAIServing._parse_tool_calls_from_content`` (the tool parser
+#: class, not ``parse``), and streams through ``parse_delta`` without ``finished=``: on the
+#: last output it sends what the tool parser's ``prev_tool_call_arr`` holds beyond
+#: ``streamed_args_for_tool`` (``_create_remaining_args_delta``).
+SEPARATE_PARSERS = ("0.21.0",)
 #: The releases whose server hands the tokenizer to ``get_parser`` and the prompt's token ids
 #: to ``set_prompt_token_ids``.
 PROMPT_IDS_RELEASES = ("0.32.0", "0.33.0")
@@ -161,7 +172,7 @@ class VllmAdapter(Reproducible, Adapter):
         require_api(ToolParserManager, "get_tool_parser", owner_name="ToolParserManager")
         require_api(
             DelegatingParser,
-            "parse",
+            *(() if self._version in SEPARATE_PARSERS else ("parse",)),
             "parse_delta",
             "adjust_request",
             *(("set_prompt_token_ids",) if self._prompt_ids else ()),
@@ -186,6 +197,20 @@ class VllmAdapter(Reproducible, Adapter):
         """The server's own steps around the parser: 0.33's helpers, or the id minting the
         inline generation's message rule needs."""
         self._server_ids: tuple[str, int] | None = None
+        self._remaining_args_delta: Callable[..., Any] | None = None
+        if self._version in SEPARATE_PARSERS:
+            with glue_imports(f"vllm {self._version}"):
+                from vllm.entrypoints.openai.chat_completion import serving
+                from vllm.entrypoints.openai.engine import serving as engine
+            require_api(engine, "OpenAIServing", owner_name=engine.__name__)
+            require_api(
+                engine.OpenAIServing, "_parse_tool_calls_from_content", owner_name="OpenAIServing"
+            )
+            require_api(serving, "OpenAIServingChat", owner_name=serving.__name__)
+            chat_cls = serving.OpenAIServingChat
+            require_api(chat_cls, "_create_remaining_args_delta", owner_name="OpenAIServingChat")
+            self._parse_from_content = engine.OpenAIServing._parse_tool_calls_from_content
+            self._remaining_args_delta = chat_cls._create_remaining_args_delta
         if self._inline:
             where = (
                 "vllm.renderers.chat_utils"
@@ -323,13 +348,16 @@ class VllmAdapter(Reproducible, Adapter):
 
     def parse_whole(self, request: Request, output: Delta) -> Result:
         cls, chat_request = self._prepare(request)
-        parser = self._serving_parser(cls, chat_request, stream=False)
-        if self._prompt_ids:
-            call_parser(parser.set_prompt_token_ids, PROMPT_TOKEN_IDS)
-        token_ids = {} if self._split else {"model_output_token_ids": list(output.token_ids)}
-        reasoning, content, calls = call_parser(
-            parser.parse, output.text, chat_request, enable_auto_tools=True, **token_ids
-        )
+        if self._remaining_args_delta is not None:  # no composed parser in this generator
+            reasoning, content, calls = self._parse_separately(cls, chat_request, output.text)
+        else:
+            parser = self._serving_parser(cls, chat_request, stream=False)
+            if self._prompt_ids:
+                call_parser(parser.set_prompt_token_ids, PROMPT_TOKEN_IDS)
+            token_ids = {} if self._split else {"model_output_token_ids": list(output.token_ids)}
+            reasoning, content, calls = call_parser(
+                parser.parse, output.text, chat_request, enable_auto_tools=True, **token_ids
+            )
         usage = {}
         if not self._inline:  # chat_completion_full_generator: right after parse
             usage["reasoning_tokens"] = call_parser(
@@ -371,12 +399,30 @@ class VllmAdapter(Reproducible, Adapter):
             meta=ids.meta(version=self._version, **usage),
         )
 
+    def _parse_separately(self, cls: Any, chat_request: Any, text: str) -> tuple[Any, Any, Any]:
+        """``SEPARATE_PARSERS``' ``chat_completion_full_generator``: a fresh reasoning parser's
+        ``extract_reasoning`` (with a reasoning parser), then the tools from its content."""
+        reasoning, content = None, text
+        if cls.reasoning_parser_cls is not None:
+            reasoning_parser = call_parser(
+                cls.reasoning_parser_cls,
+                self._tokenizer,
+                chat_template_kwargs=chat_request.chat_template_kwargs,
+            )
+            reasoning, content = call_parser(
+                reasoning_parser.extract_reasoning, text, request=chat_request
+            )
+        calls, content = calls_from_content(
+            self._parse_from_content, chat_request, self._tokenizer, content, cls.tool_parser_cls
+        )
+        return reasoning, content, calls
+
     def parse_stream(self, request: Request, deltas: Sequence[Delta]) -> list[StreamEvent]:
         """One event per non-empty ``DeltaMessage``; the last delta carries ``finish_reason``."""
         cls, chat_request = self._prepare(request)
         parser = self._serving_parser(cls, chat_request, stream=True)
         step = (
-            _inline_step(parser, chat_request)
+            _inline_step(parser, chat_request, self._remaining_args_delta)
             if self._inline
             else self._processor_step(cls, parser, chat_request)
         )
@@ -419,9 +465,13 @@ def server_reasoning_parser() -> bool:
     return os.environ.get("K2CONFORM_VLLM_REASONING", "1") != "0"
 
 
-def _inline_step(parser: Any, chat_request: Any) -> Callable[[Delta, bool], Any]:
-    """0.23-0.32 ``chat_completion_stream_generator``: ``parse_delta`` per engine output, an
-    empty output before the first token skipped ("chunked prefill")."""
+def _inline_step(
+    parser: Any, chat_request: Any, remaining_args_delta: Callable[..., Any] | None
+) -> Callable[[Delta, bool], Any]:
+    """0.21-0.32 ``chat_completion_stream_generator``: ``parse_delta`` per engine output, an
+    empty output before the first token skipped ("chunked prefill"); ``SEPARATE_PARSERS``
+    (``remaining_args_delta`` given): without ``finished=``, and the finishing delta, when it
+    carries arguments, replaced by what partial-JSON parsing left unstreamed."""
     tokens_seen = 0
 
     def step(delta: Delta, finished: bool) -> Any:
@@ -429,16 +479,62 @@ def _inline_step(parser: Any, chat_request: Any) -> Callable[[Delta, bool], Any]
         if not delta.text and not delta.token_ids and not tokens_seen:
             return None
         tokens_seen += len(delta.token_ids)
-        return call_parser(
+        end = {"finished": finished} if remaining_args_delta is None else {}
+        message = call_parser(
             parser.parse_delta,
             delta_text=delta.text,
             delta_token_ids=list(delta.token_ids),
             request=chat_request,
             prompt_token_ids=PROMPT_TOKEN_IDS,
-            finished=finished,
+            **end,
         )
+        if finished and remaining_args_delta is not None and carries_arguments(message):
+            message = _unstreamed_args(parser.tool_parser, message, remaining_args_delta)
+        return message
 
     return step
+
+
+def calls_from_content(
+    parse_from_content: Any, chat_request: Any, tokenizer: Any, content: Any, tool_parser_cls: Any
+) -> Any:
+    """The server's ``_parse_tool_calls_from_content`` with auto tools on, as its one-shot
+    message calls it: (the calls, the content left)."""
+    return call_parser(
+        parse_from_content,
+        request=chat_request,
+        tokenizer=tokenizer,
+        content=content,
+        enable_auto_tools=True,
+        tool_parser_cls=tool_parser_cls,
+    )
+
+
+def carries_arguments(message: Any) -> bool:
+    """``_should_check_for_unstreamed_tool_arg_tokens``: the finishing delta has arguments."""
+    return bool(
+        message is not None
+        and message.tool_calls
+        and message.tool_calls[0].function
+        and message.tool_calls[0].function.arguments is not None
+    )
+
+
+def _unstreamed_args(tool_parser: Any, message: Any, remaining_args_delta: Any) -> Any:
+    """The server's end-of-stream step: the arguments partial-JSON parsing autocompleted beyond
+    what was streamed (a string ``arguments`` as it is, other values JSON-encoded)."""
+    calls = tool_parser.prev_tool_call_arr
+    if not calls:
+        return message
+    index = len(calls) - 1
+    latest = message.tool_calls[0].function.arguments
+    args = calls[index].get("arguments", {})
+    expected_call = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+    actual_call = tool_parser.streamed_args_for_tool[index]
+    if isinstance(latest, str) and latest:
+        actual_call = actual_call[: -len(latest)]
+    remaining = expected_call.replace(actual_call, "", 1)
+    return call_parser(remaining_args_delta, message, remaining, index)
 
 
 def inline_message_fields(
