@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
+import threading
 import time
 
 import pytest
@@ -102,22 +104,33 @@ def test_an_interrupted_run_stops_its_workers_and_keeps_partial_results(tmp_path
             "--json",
             str(out),
         ],
-        stdout=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
     )
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not _children(process.pid):
-        time.sleep(0.2)
-    time.sleep(
-        15
-    )  # the workers have imported the parsers and cells are being done (a full run: ~40 s)
+    # Interrupt once cells are being done: the first progress line ("1/N cells") comes when the
+    # workers have imported the parsers, which takes longer on a loaded machine than a fixed wait.
+    lines: list[str] = []
+    progress = threading.Event()
+
+    def read() -> None:
+        for line in process.stderr:
+            lines.append(line)
+            if re.fullmatch(r"\d+/\d+ cells\n", line):
+                progress.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    assert progress.wait(300), "".join(lines)[-2000:]
+    time.sleep(2)
     workers = _children(process.pid)
     assert workers
     stopped = time.monotonic()
     os.killpg(process.pid, signum) if signum == signal.SIGINT else process.send_signal(signum)
-    _, stderr = process.communicate(timeout=60)
+    process.wait(timeout=60)
+    reader.join(10)
+    stderr = "".join(lines)
     assert time.monotonic() - stopped < 10
     assert process.returncode == 130
     assert "Traceback" not in stderr
