@@ -108,6 +108,9 @@ def test_an_interrupted_run_stops_its_workers_and_keeps_partial_results(tmp_path
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        # Ctrl-C as a terminal sends it: a run started in the background of a non-interactive
+        # shell (a CI job) inherits SIGINT ignored, and Python then never raises KeyboardInterrupt.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     # Interrupt once cells are being done: the first progress line ("1/N cells") comes when the
     # workers have imported the parsers, which takes longer on a loaded machine than a fixed wait.
