@@ -131,12 +131,10 @@ def test_an_interrupted_run_stops_its_workers_and_keeps_partial_results(tmp_path
     assert workers
     stopped = time.monotonic()
     os.killpg(process.pid, signum) if signum == signal.SIGINT else process.send_signal(signum)
-    # Alone, an interrupted run exits in about 3 s; beside another test's run on 2 cores it took
-    # up to a minute in CI: the bound is what no machine load explains.
-    process.wait(timeout=120)
+    process.wait(timeout=60)
     reader.join(10)
     stderr = "".join(lines)
-    assert time.monotonic() - stopped < 120
+    assert time.monotonic() - stopped < 10  # about 3 s: the busy workers are killed, not waited for
     assert process.returncode == 130
     assert "Traceback" not in stderr
     assert stderr.strip().splitlines()[-1].startswith("k2conform run: interrupted after ")
