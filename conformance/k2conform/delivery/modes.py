@@ -81,6 +81,8 @@ def planned_modes(adapter: object) -> tuple[str, ...]:
 CUTOFF_PRELUDE = (
     f'{mk.SECTION_BEGIN}{mk.CALL_BEGIN}functions.{{tool}}:0{mk.ARGUMENT_BEGIN}{{{{"city": "Par'
 )
+#: The prelude's tool when a case declares none.
+CUTOFF_TOOL = "get_weather"
 DEFAULT_BURST = 4
 DEFAULT_SEED = 20261130
 MARKER_SPLIT_STRIDE = 9
@@ -134,7 +136,7 @@ def deliveries(
     seed: int = DEFAULT_SEED,
     recorded: Sequence[str] | None = None,
     burst: int = DEFAULT_BURST,
-    tool: str = "get_weather",
+    tool: str = CUTOFF_TOOL,
 ) -> list[Delivery]:
     """The deliveries of ``text`` in ``mode`` (marker splits give several; others one);
     ``tool`` names the call ``stream-after-cutoff``'s prelude cuts off."""
@@ -177,7 +179,7 @@ def deliveries(
 
 def cutoff_tool(tool_names: Sequence[str]) -> str:
     """The tool ``stream-after-cutoff``'s prelude calls: the case's first declared one."""
-    return tool_names[0] if tool_names else "get_weather"
+    return tool_names[0] if tool_names else CUTOFF_TOOL
 
 
 def _per_token(spans: list[tuple[int, str]]) -> tuple[Delta, ...]:
