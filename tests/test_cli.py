@@ -86,6 +86,17 @@ def test_list_adapters_names_reference_with_its_version():
     assert "reference" in run("list-adapters").stdout
 
 
+def test_a_reader_that_leaves_early_gets_no_traceback():
+    """``k2conform ... | head -1``: the closed pipe ends the command quietly."""
+    process = subprocess.Popen(
+        [K2CONFORM, "list-adapters"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    process.stdout.close()  # before the first line is written
+    assert process.wait(timeout=60) == 1
+    errors = process.stderr.read()
+    assert b"Traceback" not in errors and b"BrokenPipe" not in errors
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_an_interrupted_run_stops_its_workers_and_keeps_partial_results(tmp_path, signum):
     out = tmp_path / "results.json"

@@ -87,7 +87,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return args.handler(args)
+        status = args.handler(args)
+        sys.stdout.flush()  # a closed pipe shows here, not at exit
+        return status
     except (UsageError, UnknownAdapter, CorpusError) as error:
         print(f"k2conform {args.command}: {error}", file=sys.stderr)
         return 2
@@ -98,6 +100,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    except BrokenPipeError:
+        # The reader left (``| head``): no traceback, and none at exit's flush either.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 def _build_parser() -> argparse.ArgumentParser:
