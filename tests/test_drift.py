@@ -79,7 +79,7 @@ def test_a_missing_vllm_method_is_one_adapter_error_naming_it_and_no_disagreemen
     summary = markdown(results)
     assert summary.count("ADAPTER ERROR") == 1
     assert (
-        "written for 0.21.0, " in summary and "0.33.0, the installed release is 0.33.0" in summary
+        "written for 0.20.0, " in summary and "0.33.0, the installed release is 0.33.0" in summary
     )
     assert completed.returncode == 1, (
         "the gate cannot vouch for a parser its adapter could not drive"

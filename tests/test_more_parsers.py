@@ -494,8 +494,8 @@ RELEASE_ENVIRONMENTS.update(
         "0.16.0", "0.17.0", "0.18.0", "0.19.0",
     )}
     | {f"vllm-{release}": ("vllm", release) for release in (
-        "0.21.0", "0.23.0", "0.24.0", "0.25.0", "0.26.0", "0.27.0", "0.28.0", "0.29.0", "0.30.0",
-        "0.31.0", "0.32.0",
+        "0.20.0", "0.21.0", "0.23.0", "0.24.0", "0.25.0", "0.26.0", "0.27.0", "0.28.0", "0.29.0",
+        "0.30.0", "0.31.0", "0.32.0",
     )}
 )  # fmt: skip
 
@@ -558,6 +558,10 @@ _THINK_THEN_CALL = {
         # vLLM: from 0.16.0 a one-shot call keeps the parser's id
         ("vllm-0.15.0", {}, {"id": "chatcmpl-tool-<random>"}),
         ("vllm-0.16.0", {}, {"id": "functions.f:0"}),
+        # vLLM: 0.20.0's server answers a required tool_choice itself; 0.21.0's parser does
+        ("vllm-0.20.0", {"tool_choice": "required"}, {"outcome": "unavailable"}),
+        ("vllm-0.21.0", {"tool_choice": "required"}, {"outcome": "ok"}),
+        ("vllm-0.20.0", {}, {"content": None, "reasoning": "plan", "id": "functions.f:0"}),
     ],
     ids=[
         "0.5.1",
@@ -572,6 +576,9 @@ _THINK_THEN_CALL = {
         "vllm-0.13.0",
         "vllm-0.15.0",
         "vllm-0.16.0",
+        "vllm-0.20.0-required",
+        "vllm-0.21.0-required",
+        "vllm-0.20.0",
     ],
 )
 def test_glue_generations_differ_where_their_serving_code_does(environment, overrides, expected):

@@ -26,9 +26,11 @@ output, empty outputs before the first token skipped, no ``tool_choice`` filter 
 ``get_parser`` takes the tokenizer and the parser ``set_prompt_token_ids`` from 0.32.0 on.
 In 0.23.0-0.24.0 (``SERVER_MINTED_IDS``) the server, not the parser, applies the Kimi id
 type; 0.23.0 (``SPLIT_ADJUST``) adjusts the request with the two parsers separately.
-0.21.0 (``SEPARATE_PARSERS``; like 0.23.0, split adjust and server-minted ids) has no ``parse``:
-its ``serving.py`` builds the one-shot message from ``extract_reasoning`` and
+0.20.0 and 0.21.0 (``SEPARATE_PARSERS``; like 0.23.0, split adjust and server-minted ids) have no
+``parse``: their ``serving.py`` builds the one-shot message from ``extract_reasoning`` and
 ``_parse_tool_calls_from_content`` and streams through ``parse_delta`` without ``finished=``.
+0.20.0 (``SERVER_FORCED_CHOICE``) answers a named or ``required`` tool_choice in ``serving.py``
+itself, as vllm-legacy's releases do: such cases are ``unavailable`` there.
 0.28.0's ``get_parser`` returns the ``KimiK2Parser`` engine itself when both parsers are
 kimi_k2 (``ParserManager._get_parser_engine_cls``): the server builds, adjusts with and parses
 through that class as it does through a composition.
@@ -61,6 +63,7 @@ from k2conform import markers
 from k2conform.adapter.contract import (
     Adapter,
     AdapterGlueError,
+    AdapterUnavailable,
     call_parser,
     glue_imports,
     import_parser_package,
@@ -87,6 +90,7 @@ PROMPT_TOKEN_IDS = [
 ]
 #: The releases whose ``serving.py`` drives the composed parser itself (see above).
 INLINE_SERVING = (
+    "0.20.0",
     "0.21.0",
     "0.23.0",
     "0.24.0",
@@ -102,21 +106,28 @@ INLINE_SERVING = (
     "0.32.0",
 )
 #: The releases whose ``serving.py``, not the parser, knows the tool-call id type
-#: (``get_tool_call_id_type``): it builds the parsers without ``model_config``, tells each
-#: stream's ``_stream_state`` the id type and the history's call count, and mints
+#: (``get_tool_call_id_type``): it builds the parsers without ``model_config`` and mints
 #: ``functions.NAME:IDX`` itself for a one-shot call that has no id.
-SERVER_MINTED_IDS = ("0.21.0", "0.23.0", "0.24.0")
+SERVER_MINTED_IDS = ("0.20.0", "0.21.0", "0.23.0", "0.24.0")
+#: Of those, the releases whose server also tells each stream's ``_stream_state`` the id type
+#: and the history's call count (0.20.0's ``StreamState`` has neither field).
+STREAM_STATE_IDS = ("0.21.0", "0.23.0", "0.24.0")
 #: The releases whose renderer (``entrypoints/serve/render/serving.py``) adjusts the request
 #: with the reasoning parser's and then the tool parser's own ``adjust_request``, not the
 #: composed parser's; their ``get_parser`` takes no ``is_harmony`` and their one-shot
 #: ``parse`` gets no token ids.
-SPLIT_ADJUST = ("0.21.0", "0.23.0")
+SPLIT_ADJUST = ("0.20.0", "0.21.0", "0.23.0")
 #: The releases whose ``serving.py`` builds the one-shot message from the reasoning parser's
 #: ``extract_reasoning`` and ``OpenAIServing._parse_tool_calls_from_content`` (the tool parser
 #: class, not ``parse``), and streams through ``parse_delta`` without ``finished=``: on the
 #: last output it sends what the tool parser's ``prev_tool_call_arr`` holds beyond
 #: ``streamed_args_for_tool`` (``_create_remaining_args_delta``).
-SEPARATE_PARSERS = ("0.21.0",)
+SEPARATE_PARSERS = ("0.20.0", "0.21.0")
+#: The releases whose ``serving.py`` answers a named or ``required`` tool_choice itself, not
+#: through the parser: it streams the guided-JSON text as the named call's arguments, or
+#: through its own ``extract_tool_call_required_streaming``, and parses the one-shot text as
+#: JSON (``_parse_tool_calls_from_content``), as vllm-legacy's releases do.
+SERVER_FORCED_CHOICE = ("0.20.0",)
 #: The releases whose server hands the tokenizer to ``get_parser`` and the prompt's token ids
 #: to ``set_prompt_token_ids``.
 PROMPT_IDS_RELEASES = ("0.32.0", "0.33.0")
@@ -289,7 +300,8 @@ class VllmAdapter(Reproducible, Adapter):
 
     def _serving_parser(self, cls: Any, chat_request: Any, *, stream: bool) -> Any:
         """The parser ``serving.py`` builds for a choice (``SERVER_MINTED_IDS``: without
-        ``model_config``; a stream's is told the id type and the history's call count)."""
+        ``model_config``; ``STREAM_STATE_IDS``: a stream's is told the id type and the
+        history's call count)."""
         if self._server_ids is None:
             return self._new_parser(cls, chat_request)
         parser = call_parser(
@@ -298,7 +310,7 @@ class VllmAdapter(Reproducible, Adapter):
             chat_request.tools,
             chat_template_kwargs=chat_request.chat_template_kwargs,
         )
-        if stream:
+        if stream and self._version in STREAM_STATE_IDS:
             require_api(parser, "_stream_state", owner_name="DelegatingParser")
             state = parser._stream_state
             state.tool_call_id_type, state.history_tool_call_cnt = self._server_ids
@@ -318,6 +330,15 @@ class VllmAdapter(Reproducible, Adapter):
         self.load()
         cls = self._parser_cls[request.thinking or server_reasoning_parser()]
         chat_request = build_chat_request(self._request_cls, request, choice_without_tools=None)
+        if (
+            self._version in SERVER_FORCED_CHOICE
+            and chat_request.tools
+            and (request.tool_choice == "required" or not isinstance(request.tool_choice, str))
+        ):
+            raise AdapterUnavailable(
+                f"tool_choice {json.dumps(request.tool_choice)}: vLLM {self._version} answers it "
+                "with structured outputs and its own JSON parsing, not the kimi_k2 parser"
+            )
         if not self._split:
             chat_request = call_parser(
                 self._new_parser(cls, chat_request).adjust_request, chat_request
