@@ -516,9 +516,9 @@ def test_each_release_environment_serves_its_release_with_its_glue(environment):
     assert (row["status"], row["version"], row["supported"]) == ("ok", release, True), row
 
 
-def _parse(environment: str, adapter: str, request: dict) -> dict:
+def _parse(environment: str, adapter: str, request: dict, *options: str) -> dict:
     done = subprocess.run(
-        [str(_venv(environment) / "bin" / "k2conform"), "parse", "--adapter", adapter],
+        [str(_venv(environment) / "bin" / "k2conform"), "parse", "--adapter", adapter, *options],
         input=json.dumps(request),
         capture_output=True,
         text=True,
@@ -550,17 +550,16 @@ _THINK_THEN_CALL = {
         ("sglang-0.5.10", {"tool_choice": "required"}, {"outcome": "unavailable"}),
         ("sglang-0.5.2", {"tool_choice": "required"}, {"outcome": "ok", "id": "functions.f:0"}),
         # vLLM: the parser's own id until 0.11.0; from 0.11.1 the server's ToolCall mints one
+        # vLLM: no kimi_k2 reasoning parser before 0.11.1 (then DeepSeek-R1's)
         ("vllm-0.11.0", {}, {"content": "<think>plan</think>", "id": "functions.f:0"}),
-        ("vllm-0.11.1", {}, {"content": "<think>plan</think>", "id": "chatcmpl-tool-<random>"}),
-        # vLLM: no kimi_k2 reasoning parser before 0.13.0
-        ("vllm-0.12.0", {}, {"reasoning": None}),
-        ("vllm-0.13.0", {}, {"content": None, "reasoning": "plan"}),
+        ("vllm-0.11.1", {}, {"content": None, "reasoning": "plan", "id": "chatcmpl-tool-<random>"}),
+        ("vllm-0.12.0", {}, {"content": None, "reasoning": "plan"}),
         # vLLM: from 0.16.0 a one-shot call keeps the parser's id
         ("vllm-0.15.0", {}, {"id": "chatcmpl-tool-<random>"}),
         ("vllm-0.16.0", {}, {"id": "functions.f:0"}),
-        # vLLM: 0.20.0's server answers a required tool_choice itself; 0.21.0's parser does
-        ("vllm-0.20.0", {"tool_choice": "required"}, {"outcome": "unavailable"}),
-        ("vllm-0.21.0", {"tool_choice": "required"}, {"outcome": "ok"}),
+        # vLLM: before 0.24.0's structural tag a required tool_choice is constrained to JSON
+        ("vllm-0.23.0", {"tool_choice": "required"}, {"outcome": "unavailable"}),
+        ("vllm-0.24.0", {"tool_choice": "required"}, {"outcome": "ok"}),
         ("vllm-0.20.0", {}, {"content": None, "reasoning": "plan", "id": "functions.f:0"}),
     ],
     ids=[
@@ -573,11 +572,10 @@ _THINK_THEN_CALL = {
         "vllm-0.11.0",
         "vllm-0.11.1",
         "vllm-0.12.0",
-        "vllm-0.13.0",
         "vllm-0.15.0",
         "vllm-0.16.0",
-        "vllm-0.20.0-required",
-        "vllm-0.21.0-required",
+        "vllm-0.23.0-required",
+        "vllm-0.24.0-required",
         "vllm-0.20.0",
     ],
 )
@@ -593,6 +591,20 @@ def test_glue_generations_differ_where_their_serving_code_does(environment, over
         "id": result["tool_calls"][0]["id"] if result["tool_calls"] else None,
     }
     assert {key: observed[key] for key in expected} == expected, result
+
+
+@pytest.mark.parametrize(
+    ("environment", "reasoning"), [("vllm-0.12.0", "plan"), ("vllm-0.13.0", None)]
+)
+def test_the_output_that_ends_the_reasoning_goes_on_to_the_tool_parser_from_0_13(
+    environment, reasoning
+):
+    """One engine output holding the think block and the call: 0.11.1-0.12.0 give it to the
+    reasoning parser alone (its reasoning is sent); from 0.13.0 it goes on to the tool parser,
+    whose message replaces the reasoning parser's (the reasoning is lost)."""
+    burst = ("--delivery", "stream-burst", "--burst", "64")
+    result = _parse(environment, "vllm-legacy", _THINK_THEN_CALL, *burst)
+    assert (result["outcome"], result["reasoning"]) == ("ok", reasoning), result
 
 
 @pytest.mark.parametrize("line", ["vllm", "sglang"])

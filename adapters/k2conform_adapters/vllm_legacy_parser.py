@@ -2,12 +2,13 @@
 
 Glue for the release gate (another environment, served over the adapter protocol with
 ``k2conform serve-adapter vllm-legacy``).  In these releases ``OpenAIServingChat`` calls the
-tool parser (and, from 0.13.0, the ``kimi_k2`` reasoning parser) directly; ``SERVING`` says,
+tool parser (and, from 0.11.1, the ``kimi_k2`` reasoning parser) directly; ``SERVING`` says,
 per release run, where it finds them and which of its steps it takes:
 
 * at start-up ``ToolParserManager.get_tool_parser("kimi_k2")`` (``vllm.entrypoints.openai.
   tool_parsers``, from 0.13.0 ``vllm.tool_parsers``) and, with ``--reasoning-parser kimi_k2``,
-  ``ReasoningParserManager.get_reasoning_parser("kimi_k2")`` (0.13.0 on; from 0.16.0 the
+  ``ReasoningParserManager.get_reasoning_parser("kimi_k2")`` (0.11.1 on, where ``kimi_k2``
+  maps to DeepSeek-R1's parser until 0.14.0; from 0.16.0 the
   server asks ``vllm.parser.ParserManager``, which returns these same registry classes); per
   request ``tool_parser(tokenizer).adjust_request(request)`` (``serving_engine._preprocess_chat``;
   from 0.19.0 every tool parser is built with the request's tools too);
@@ -23,7 +24,8 @@ per release run, where it finds them and which of its steps it takes:
   current_text, delta_text, previous_token_ids, current_token_ids, delta_token_ids, request)``
   per engine output (an empty output before the first token skipped); with a reasoning
   parser too, ``extract_reasoning_streaming`` until ``is_reasoning_end`` of the output's ids,
-  then the tool parser from the content of that output on (``_reasoning_then_tools``); with a
+  then the tool parser from the content of that output on (``_reasoning_then_tools``; in
+  0.11.1-0.12.0 from the next output on, the content of the ending one handed over); with a
   reasoning parser alone, ``extract_reasoning_streaming``.  On the last output, when that
   delta carries arguments, the "unstreamed tool arg tokens" check appends what
   ``prev_tool_call_arr`` holds beyond ``streamed_args_for_tool`` (from 0.14.0 through the
@@ -77,7 +79,7 @@ class ServingChat:
     #: The module of ``OpenAIServing`` whose ``_parse_tool_calls_from_content`` the one-shot
     #: path calls; None: the message is built from ``extract_tool_calls`` itself (0.10-0.11.0).
     serving_engine: str | None
-    #: Whether the release registers a ``kimi_k2`` reasoning parser (0.13.0 on).
+    #: Whether the release registers a ``kimi_k2`` reasoning parser (0.11.1 on).
     reasoning: bool
     #: The module of ``OpenAIServingChat`` whose ``_create_remaining_args_delta`` builds the
     #: end-of-stream arguments delta (0.14.0 on: it keeps the delta's id and name); None: a
@@ -91,12 +93,20 @@ class ServingChat:
     #: model's id type, ``functions.NAME:IDX`` for Kimi (0.16.0 on); otherwise every call
     #: gets ``ToolCall``'s fresh ``chatcmpl-tool-`` id.
     native_ids: bool = False
+    #: Whether, with both parsers, every output until the reasoning has ended goes to the
+    #: reasoning parser and the tool parser starts at the next output (0.11.1-0.12.0); from
+    #: 0.13.0 the output that ends the reasoning goes on to the tool parser.
+    tools_from_next_output: bool = False
 
 
 _OPENAI = "vllm.entrypoints.openai"
 _REGEX_PARSER = ServingChat(f"{_OPENAI}.protocol", f"{_OPENAI}.tool_parsers", None, False)
 _SERVING_ENGINE = ServingChat(
-    f"{_OPENAI}.protocol", f"{_OPENAI}.tool_parsers", f"{_OPENAI}.serving_engine", False
+    f"{_OPENAI}.protocol",
+    f"{_OPENAI}.tool_parsers",
+    f"{_OPENAI}.serving_engine",
+    True,
+    tools_from_next_output=True,
 )
 _TOOL_PARSERS_MOVED = ServingChat(
     f"{_OPENAI}.protocol", "vllm.tool_parsers", f"{_OPENAI}.serving_engine", True
@@ -298,7 +308,12 @@ class VllmLegacyAdapter(Adapter):
         chat_request, auto, reasoning_parser = self._prepare(request)
         tool_parser = self._new_tool_parser(chat_request) if auto else None
         stream = _ServerStream(
-            chat_request, tool_parser, reasoning_parser, self._protocol, self._remaining_args_delta
+            chat_request,
+            tool_parser,
+            reasoning_parser,
+            self._protocol,
+            self._remaining_args_delta,
+            tools_from_next_output=self._serving.tools_from_next_output,
         )
         steps = list(deltas) or [Delta("")]
         events: list[StreamEvent] = []
@@ -309,6 +324,15 @@ class VllmLegacyAdapter(Adapter):
             if event is not None:
                 events.append(event)
         return events
+
+
+def _take_content(message: Any) -> str:
+    """The content a reasoning step split off, taken out of its message: the server hands it
+    to the tool parser as the start of its text."""
+    if message is None or not message.content:
+        return ""
+    content, message.content = message.content, None
+    return content
 
 
 def _registered(manager: Any, getter: str) -> Any:
@@ -331,8 +355,11 @@ class _ServerStream:
         reasoning_parser: Any,
         protocol: Any,
         remaining_args_delta: Any,
+        *,
+        tools_from_next_output: bool,
     ) -> None:
         self._request = chat_request
+        self._tools_from_next_output = tools_from_next_output
         self._remaining_args_delta = remaining_args_delta
         self._tools = tool_parser
         self._reasoning = reasoning_parser
@@ -395,8 +422,10 @@ class _ServerStream:
         """Reasoning until its end shows in an output's ids; from that output on, the tool
         parser, first handed everything after the reasoning as one delta (0.13)."""
         message = None
+        next_output = self._tools_from_next_output
         if not self._reasoning_ended:
-            if call_parser(self._reasoning.is_reasoning_end, PROMPT_TOKEN_IDS):
+            prompt_ended = call_parser(self._reasoning.is_reasoning_end, PROMPT_TOKEN_IDS)
+            if prompt_ended and not next_output:
                 self._reasoning_ended, current_ids = True, token_ids
             else:
                 message = call_parser(
@@ -408,12 +437,15 @@ class _ServerStream:
                     current_ids,
                     token_ids,
                 )
+                if prompt_ended:  # 0.11.1-0.12.0 look at the prompt after the reasoning step
+                    self._reasoning_ended, current_ids = True, token_ids
+                    current_text = _take_content(message)
                 if call_parser(self._reasoning.is_reasoning_end, token_ids):
                     self._reasoning_ended = True
                     current_ids = call_parser(self._reasoning.extract_content_ids, token_ids)
-                    current_text = ""
-                    if message is not None and message.content:
-                        current_text, message.content = message.content, None
+                    current_text = _take_content(message)
+            if next_output:  # this output was the reasoning parser's
+                return message, current_text, current_ids
         if self._reasoning_ended:
             if not self._content_handed_over:
                 self._content_handed_over = True

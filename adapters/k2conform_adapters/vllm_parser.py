@@ -29,8 +29,12 @@ type; 0.23.0 (``SPLIT_ADJUST``) adjusts the request with the two parsers separat
 0.20.0 and 0.21.0 (``SEPARATE_PARSERS``; like 0.23.0, split adjust and server-minted ids) have no
 ``parse``: their ``serving.py`` builds the one-shot message from ``extract_reasoning`` and
 ``_parse_tool_calls_from_content`` and streams through ``parse_delta`` without ``finished=``.
-0.20.0 (``SERVER_FORCED_CHOICE``) answers a named or ``required`` tool_choice in ``serving.py``
-itself, as vllm-legacy's releases do: such cases are ``unavailable`` there.
+Before 0.24.0 (which gives the tool parser the ``kimi`` structural tag) ``KimiK2ToolParser``
+keeps ``supports_required_and_named = True``: ``adjust_request`` constrains a named or
+``required`` tool_choice to JSON from the tools' schema, and that JSON is parsed as JSON (by
+``serving.py`` in 0.20.0, by ``DelegatingParser``'s JSON path in 0.21.0-0.23.0), so an output
+in Kimi's format cannot occur and such cases are ``unavailable`` there, as in vllm-legacy's
+releases.
 0.28.0's ``get_parser`` returns the ``KimiK2Parser`` engine itself when both parsers are
 kimi_k2 (``ParserManager._get_parser_engine_cls``): the server builds, adjusts with and parses
 through that class as it does through a composition.
@@ -123,11 +127,6 @@ SPLIT_ADJUST = ("0.20.0", "0.21.0", "0.23.0")
 #: last output it sends what the tool parser's ``prev_tool_call_arr`` holds beyond
 #: ``streamed_args_for_tool`` (``_create_remaining_args_delta``).
 SEPARATE_PARSERS = ("0.20.0", "0.21.0")
-#: The releases whose ``serving.py`` answers a named or ``required`` tool_choice itself, not
-#: through the parser: it streams the guided-JSON text as the named call's arguments, or
-#: through its own ``extract_tool_call_required_streaming``, and parses the one-shot text as
-#: JSON (``_parse_tool_calls_from_content``), as vllm-legacy's releases do.
-SERVER_FORCED_CHOICE = ("0.20.0",)
 #: The releases whose server hands the tokenizer to ``get_parser`` and the prompt's token ids
 #: to ``set_prompt_token_ids``.
 PROMPT_IDS_RELEASES = ("0.32.0", "0.33.0")
@@ -283,6 +282,9 @@ class VllmAdapter(Reproducible, Adapter):
             raise AdapterGlueError(
                 "ParserManager.get_parser", f"{type(exc).__name__}: {exc}"
             ) from exc
+        # Before 0.24.0's structural tag the tool parser keeps the default True: adjust_request
+        # then constrains a named or required tool_choice to JSON (guided decoding).
+        self._json_forced_choice = getattr(registered, "supports_required_and_named", False)
         # 0.28.0's manager hands back the parser engine both kimi_k2 adapters share.
         engine = getattr(registered, "_parser_engine_cls", None)
         for cls in self._parser_cls.values():
@@ -331,13 +333,14 @@ class VllmAdapter(Reproducible, Adapter):
         cls = self._parser_cls[request.thinking or server_reasoning_parser()]
         chat_request = build_chat_request(self._request_cls, request, choice_without_tools=None)
         if (
-            self._version in SERVER_FORCED_CHOICE
+            self._json_forced_choice
             and chat_request.tools
             and (request.tool_choice == "required" or not isinstance(request.tool_choice, str))
         ):
             raise AdapterUnavailable(
-                f"tool_choice {json.dumps(request.tool_choice)}: vLLM {self._version} answers it "
-                "with structured outputs and its own JSON parsing, not the kimi_k2 parser"
+                f"tool_choice {json.dumps(request.tool_choice)}: vLLM {self._version}'s kimi_k2 "
+                "tool parser keeps supports_required_and_named, so the request is constrained to "
+                "JSON from the tools' schema and parsed as JSON, never in Kimi's format"
             )
         if not self._split:
             chat_request = call_parser(
