@@ -341,3 +341,19 @@ def test_a_remote_adapter_that_asks_for_longer_cells_gets_them(tmp_path):
     assert CellSettings(deadline=20).for_adapter(reference).deadline == 20
     for adapter in (slow, reference):
         adapter.close()
+
+
+def test_the_hello_says_whether_the_adapter_takes_stream_holdback():
+    """A cmd: peer's modes: ``stream-holdback`` only for an adapter whose server holds text
+    back, told in the hello; before the hello the run plans the cells and the worker judges."""
+    from k2conform.adapter.command import CommandAdapter
+    from k2conform.adapter.registry import create_adapter
+    from k2conform.adapter.serve import hello
+
+    assert hello(create_adapter("reference"), "ok", "")["stop_string_holdback"] is True
+    assert hello(create_adapter("sglang"), "ok", "")["stop_string_holdback"] is False
+    peer = CommandAdapter("cmd:true")
+    assert peer.stop_string_holdback is True  # no hello yet: asking starts nothing
+    assert peer.starts == 0
+    peer._hello = {"stop_string_holdback": False}
+    assert peer.stop_string_holdback is False

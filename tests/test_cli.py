@@ -71,6 +71,7 @@ def test_parse_recorded_deltas_and_thinking():
         (["parse", "--adapter", "nope"], '{"model_output": ""}', "unknown adapter"),
         (["parse", "--delivery", "stream-recorded"], '{"model_output": ""}', "needs 'deltas'"),
         (["render"], "{}", "'messages' is required"),
+        (["run", "--delivery", "whole", "--opt-in", "stream-holdback"], "", "--opt-in adds to"),
     ],
 )
 def test_usage_errors_exit_2_with_one_line(args, stdin, message):

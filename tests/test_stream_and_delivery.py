@@ -57,7 +57,9 @@ def test_every_mode_reproduces_the_text_and_token_modes_carry_every_token_id(mod
     for delivery in variants:
         assert "".join(d.text for d in delivery.deltas) == TEXT
         sent = [i for d in delivery.deltas for i in d.token_ids]
-        assert sent == (ids if mode in TOKEN_ALIGNED_MODES else [])
+        # stream-holdback ends with the end-of-turn token's output: its id, no text of its own
+        end = [mk.SPECIAL_TOKEN_IDS[mk.IM_END]] if mode == "stream-holdback" else []
+        assert sent == (ids + end if mode in TOKEN_ALIGNED_MODES else [])
         assert delivery.streaming == (mode not in ("whole", "server-whole"))
 
 
@@ -215,3 +217,41 @@ def test_an_opt_in_mode_is_taken_when_asked_for_and_left_out_of_a_default_run():
     assert set(dl.planned_modes(reference)) == set(dl.adapter_modes(reference)) - set(
         dl.OPT_IN_MODES
     )
+
+
+def test_holdback_sends_each_id_at_once_and_its_text_a_stop_buffer_later():
+    """vLLM's detokenizer with stop strings: one id per delta, the text released lags the text
+    produced by exactly the stop buffer (never going back); the end-of-turn token's output,
+    which adds no text of its own, releases the rest."""
+    from k2conform.delivery.modes import HOLDBACKS
+
+    spans = TOKENIZER.tokenize_spans(TEXT)
+    variants = deliveries(TEXT, "stream-holdback", TOKENIZER)
+    assert [v.variant for v in variants] == [f"stop buffer={lag}" for lag in HOLDBACKS]
+    begin = mk.SPECIAL_TOKEN_IDS[mk.CALL_BEGIN]
+    for lag, held in zip(HOLDBACKS, variants):
+        *per_token, end = held.deltas
+        assert [d.token_ids for d in per_token] == [(i,) for i, _ in spans]
+        produced, released = "", ""
+        for (_, piece), delta in zip(spans, per_token):
+            produced += piece
+            released += delta.text
+            assert len(released) == max(len(produced) - lag, 0)
+            assert produced.startswith(released)
+        assert end.token_ids == (mk.SPECIAL_TOKEN_IDS[mk.IM_END],)
+        assert released + end.text == TEXT and len(end.text) == min(lag, len(TEXT))
+        # a marker's id goes out while its text is still held back: what the mode is for
+        (at,) = [n for n, d in enumerate(per_token) if d.token_ids == (begin,)]
+        assert mk.CALL_BEGIN not in "".join(d.text for d in per_token[: at + 1])
+
+
+def test_holdback_is_taken_only_where_the_server_holds_text_back_and_only_when_asked():
+    from k2conform.adapter.registry import create_adapter
+    from k2conform.delivery import modes as dl
+
+    reference, sglang = create_adapter("reference"), create_adapter("sglang")
+    assert "stream-holdback" in dl.adapter_modes(reference)
+    assert "stream-holdback" not in dl.adapter_modes(sglang)  # its detokenizer trims at the end
+    assert "stream-holdback" not in dl.planned_modes(reference)
+    assert "stream-holdback" in dl.planned_modes(reference, ("stream-holdback",))
+    assert "stream-holdback" not in dl.planned_modes(sglang, ("stream-holdback",))

@@ -13,6 +13,7 @@ class ReferenceAdapter(Adapter):
     name = "reference"
     description = "k2conform's reference parser (named policies for every open point of the spec)"
     coverage_files = ("k2conform/reference/parser.py",)
+    stop_string_holdback = True  # the spec's parser: any server's deltas
 
     def parse_whole(self, request: Request, output: Delta) -> Result:
         return call_parser(parse, output.text, request)

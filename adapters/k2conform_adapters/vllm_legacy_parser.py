@@ -142,6 +142,7 @@ class VllmLegacyAdapter(Adapter):
     package = "vllm"
     supported_versions = tuple(SERVING)
     description = "vLLM 0.10-0.19 OpenAI server: --tool-call-parser kimi_k2, called directly"
+    stop_string_holdback = True  # the v1 engine's detokenizer (stop_buffer_length)
 
     def __init__(self, tokenizer: Any | None = None) -> None:
         self._tokenizer = tokenizer

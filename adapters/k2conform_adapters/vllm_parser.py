@@ -148,6 +148,8 @@ class VllmAdapter(Reproducible, Adapter):
     supported_versions = (*INLINE_SERVING, "0.33.0")
     description = "vLLM OpenAI server: --tool-call-parser kimi_k2 [--reasoning-parser kimi_k2]"
     coverage_files = ("vllm/parser/kimi_k2.py", "vllm/tool_parsers/kimi_k2_tool_parser.py")
+    #: vllm/v1/engine/detokenizer.py holds back ``stop_buffer_length`` characters of text.
+    stop_string_holdback = True
     coverage_shared_files = (
         "vllm/parser/engine/parser_engine.py",
         "vllm/parser/engine/streaming_parser_engine.py",

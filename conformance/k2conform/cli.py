@@ -213,7 +213,13 @@ def _add_run_parser(sub: Any) -> None:
         "--delivery",
         action="append",
         choices=list(dl.MODES),
-        help="delivery mode (repeatable; default: all)",
+        help="delivery mode (repeatable; default: all but the opt-in ones)",
+    )
+    p.add_argument(
+        "--opt-in",
+        action="append",
+        choices=list(dl.OPT_IN_MODES),
+        help="an opt-in mode to run beside the planned ones (repeatable)",
     )
     add_case_options(p)
     _gate_options(p, "this run")
@@ -399,6 +405,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     from k2conform.run.results import adapter_row, assemble
 
+    opt_in = tuple(args.opt_in or ())
+    if args.delivery and opt_in:
+        raise UsageError("--opt-in adds to the planned modes; with --delivery, name it there")
     root = args.corpus or default_corpus_dir()
     corpus = load_corpus(root)
     cases = select_cases(corpus.completions, args.case)
@@ -408,10 +417,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         cases = [c for c in cases if in_shard(c.id, *args.shard)]
     names = args.adapter or default_adapter_names()
     adapters = [create_adapter(name, args.timeout) for name in names]
-    modes = tuple(args.delivery or (m for m in dl.MODES if m not in dl.OPT_IN_MODES))
+    modes = tuple(args.delivery or (m for m in dl.MODES if m not in dl.OPT_IN_MODES or m in opt_in))
     # No --delivery: each adapter in the modes it takes (server modes for server adapters).
     per_adapter = (
-        None if args.delivery else {n: dl.planned_modes(a) for n, a in zip(names, adapters)}
+        None if args.delivery else {n: dl.planned_modes(a, opt_in) for n, a in zip(names, adapters)}
     )
     baseline = load_baseline(args.baseline) if args.baseline else None
     _check_writable(args.json, args.html, args.markdown)

@@ -255,6 +255,12 @@ class CommandAdapter(Adapter):
         hello has come: asking does not start the process."""
         return float(self._hello.get("cell_timeout") or 0) if self._hello else 0.0
 
+    @property
+    def stop_string_holdback(self) -> bool:  # type: ignore[override]
+        """The remote adapter's, once its hello has come; before (planning a run) True, so the
+        cells are planned and the worker, which has the hello, judges them."""
+        return bool(self._hello.get("stop_string_holdback")) if self._hello else True
+
     def version(self) -> str | None:
         hello = self._ensure_hello()
         return hello.get("version") if hello else None

@@ -107,6 +107,9 @@ class Adapter(ABC):
     #: Code of that package the Kimi parser runs through but other model families share (an
     #: engine, a base class): measured too, with the share Kimi can reach reported beside it.
     coverage_shared_files: ClassVar[tuple[str, ...]] = ()
+    #: Whether the server it models streams text held back while a stop string could match, the
+    #: token ids at once (vLLM's detokenizer): only such an adapter takes ``stream-holdback``.
+    stop_string_holdback: ClassVar[bool] = False
 
     def version(self) -> str | None:
         """The installed release of the parser's package, or None when it is not installed.

@@ -453,6 +453,7 @@ SERVER_OPTIONS: dict[str, str] = {
     "spaces_between_special_tokens": "true or false",
     "skip_special_tokens": "true or false",
     "parallel_tool_calls": "true or false",
+    "stop": "a non-empty array of non-empty strings (stop strings the output does not contain)",
     "stream_options": "an object with include_usage / continuous_usage_stats (true or false)",
     "messages": (
         "a non-empty array of chat messages (objects with a role), the conversation before "
@@ -472,6 +473,9 @@ def _server_options(data: Any, check: FieldChecker) -> dict[str, Any]:
                 k in ("include_usage", "continuous_usage_stats") and isinstance(v, bool)
                 for k, v in value.items()
             )
+        elif key == "stop":
+            ok = isinstance(value, list) and bool(value)
+            ok = ok and all(isinstance(v, str) and v for v in value)
         elif key == "messages":
             ok = (
                 isinstance(value, list)

@@ -47,7 +47,7 @@ def targets(
         own_modes = dl.adapter_modes(adapter)
         files = [(path, KIMI) for path in adapter.coverage_files]
         files += [(path, SHARED) for path in adapter.coverage_shared_files]
-        modes = tuple(m for m in (asked_modes or dl.planned_modes(adapter)) if m in own_modes)
+        modes = tuple(m for m in (asked_modes or own_modes) if m in own_modes)
         if isinstance(adapter, CommandAdapter):
             reason = "runs in another process (cmd:): coverage.py traces this process only"
         elif set(own_modes) & set(dl.SERVER_MODES):

@@ -29,6 +29,9 @@ MODES: dict[str, str] = {
     "stream-after-cutoff": "one token per delta, right after another stream through the same "
     "adapter was cut off inside a call's arguments (nothing one request leaves behind may reach "
     "the next)",
+    "stream-holdback": "one token per delta, its text held back 11 characters (a second "
+    "variant: 32) until later tokens or the end-of-turn token's output release it, as vLLM's "
+    "detokenizer streams a request with stop strings: a marker's id can arrive before its text",
     "stream-char": "one character per delta (text-level, no token ids)",
     "stream-marker-split": "9 streams that together cut every marker at every inner offset; text "
     "between markers in one delta (text-level)",
@@ -50,29 +53,35 @@ TOKEN_ALIGNED_MODES = (
     "stream-token",
     "stream-burst",
     "stream-after-cutoff",
+    "stream-holdback",
     *SERVER_MODES,
     GRAMMAR_MODE,
 )
 #: Deliveries that cut the text without regard to tokens, as a text replay or a proxy does.
 TEXT_LEVEL_MODES = tuple(m for m in MODES if m not in TOKEN_ALIGNED_MODES)
-#: Modes a run makes only when asked (``--delivery``): what they would add is known to equal
-#: another mode's cells (docs: README, Delivery modes), so the default matrix leaves them out.
-OPT_IN_MODES = ("stream-after-cutoff",)
+#: Modes a run makes only when asked (``--delivery``, or ``--opt-in`` beside the planned ones):
+#: ``stream-after-cutoff`` is known to equal ``stream-token`` cell for cell, and the release
+#: lanes' baselines were reviewed without ``stream-holdback`` (docs: README, Delivery modes).
+OPT_IN_MODES = ("stream-after-cutoff", "stream-holdback")
 DEFAULT_MODES = tuple(
     m for m in MODES if m not in ("stream-recorded", *OPT_IN_MODES, *SERVER_MODES)
 )
 
 
 def adapter_modes(adapter: object) -> tuple[str, ...]:
-    """The modes an adapter takes: its ``delivery_modes``, else every non-server mode."""
-    return tuple(
-        getattr(adapter, "delivery_modes", None) or (m for m in MODES if m not in SERVER_MODES)
-    )
+    """The modes an adapter takes: its ``delivery_modes``, else every non-server mode
+    (``stream-holdback`` only where its server holds text back, ``stop_string_holdback``)."""
+    own = getattr(adapter, "delivery_modes", None)
+    if own:
+        return tuple(own)
+    holdback = getattr(adapter, "stop_string_holdback", False)
+    return tuple(m for m in MODES if m not in SERVER_MODES and (holdback or m != "stream-holdback"))
 
 
-def planned_modes(adapter: object) -> tuple[str, ...]:
-    """The modes a run gives an adapter when none is asked for: those it takes, less opt-in."""
-    return tuple(m for m in adapter_modes(adapter) if m not in OPT_IN_MODES)
+def planned_modes(adapter: object, opt_in: Sequence[str] = ()) -> tuple[str, ...]:
+    """The modes a run gives an adapter when none is asked for: those it takes, less the
+    opt-in ones not in ``opt_in``."""
+    return tuple(m for m in adapter_modes(adapter) if m not in OPT_IN_MODES or m in opt_in)
 
 
 #: The stream ``stream-after-cutoff`` sends first and does not judge: a call cut off inside its
@@ -84,6 +93,12 @@ CUTOFF_PRELUDE = (
 #: The prelude's tool when a case declares none.
 CUTOFF_TOOL = "get_weather"
 DEFAULT_BURST = 4
+#: ``stream-holdback``'s lags, one variant each: vLLM holds back ``max(len(stop)) - 1``
+#: characters of text while a stop string could still match (``v1/engine/detokenizer.py``,
+#: ``stop_buffer_length``) and sends every token id at once.  11 is ``stop=["Observation:"]``,
+#: a ReAct agent's stop; 32 is a stop string longer than the longest marker (28 characters),
+#: so that every marker's id goes out before any of its text.
+HOLDBACKS = (11, 32)
 DEFAULT_SEED = 20261130
 MARKER_SPLIT_STRIDE = 9
 
@@ -151,6 +166,11 @@ def deliveries(
     if mode == "stream-after-cutoff":
         prelude = _per_token(tokenizer.tokenize_spans(CUTOFF_PRELUDE.format(tool=tool)))
         return [Delivery(mode, _per_token(spans), variant=f"after {tool}", prelude=prelude)]
+    if mode == "stream-holdback":
+        return [
+            Delivery(mode, _held_back(spans, lag), variant=f"stop buffer={lag}")
+            for lag in HOLDBACKS
+        ]
     if mode == "stream-burst":
         groups = [spans[k : k + burst] for k in range(0, len(spans), burst)]
         deltas = tuple(Delta("".join(p for _, p in g), tuple(i for i, _ in g)) for g in groups)
@@ -184,6 +204,23 @@ def cutoff_tool(tool_names: Sequence[str]) -> str:
 
 def _per_token(spans: list[tuple[int, str]]) -> tuple[Delta, ...]:
     return tuple(Delta(piece, (i,)) for i, piece in spans)
+
+
+def _held_back(spans: list[tuple[int, str]], holdback: int) -> tuple[Delta, ...]:
+    """One delta per token with that token's id, releasing all but the last ``holdback``
+    characters produced so far; then the end-of-turn token's output, which adds no text (the
+    stop token is not detokenised) and, finished, releases the rest (``get_next_output_text``
+    with ``finished``)."""
+    if not spans:
+        return ()
+    deltas, produced, sent = [], "", 0
+    for token_id, piece in spans:
+        produced += piece
+        upto = max(sent, len(produced) - holdback)
+        deltas.append(Delta(produced[sent:upto], (token_id,)))
+        sent = upto
+    deltas.append(Delta(produced[sent:], (mk.SPECIAL_TOKEN_IDS[mk.IM_END],)))
+    return tuple(deltas)
 
 
 def _marker_splits(text: str, spans: list[tuple[int, str]]) -> list[Delivery]:
