@@ -57,7 +57,8 @@ parsers-extra: setup
 # The extra parsers' lane: `matrix` first (reference + vLLM + SGLang in process, gated by
 # baseline.json), then reference + the extra parsers the reviewed baseline-extra.json covers
 # (each through its own venv), gated by it, then every older vLLM and SGLang release
-# baseline-releases-{vllm,sglang}.json cover (docs/releases.md), gated by them, and their
+# baseline-releases-{vllm,sglang}.json cover (docs/releases.md), one environment at a time (two
+# adapter processes alive, not two per release) and merged, gated by them, and their
 # history with the in-process releases.  Exit 1 on a new finding or a stale entry in any, or when an environment
 # a baseline covers is not built.  The default --timeout (20 s) is the one the baselines'
 # timeout entries were reviewed with; the hello may take 4 x --timeout.
@@ -66,10 +67,17 @@ matrix-extra: matrix parsers-extra
 		| xargs -d '\n' $(BIN)/k2conform run --adapter reference --baseline baseline-extra.json \
 		--html report/extra/index.html --json report/extra/results.json --markdown report/extra/summary.md
 	for line in vllm sglang; do \
-		$(BIN)/k2conform setup-parsers --adapters --baseline baseline-releases-$$line.json \
-		| xargs -d '\n' $(BIN)/k2conform run --baseline baseline-releases-$$line.json \
-		--html report/releases-$$line/index.html --json report/releases-$$line/results.json \
-		--markdown report/releases-$$line/summary.md || exit $$?; \
+		runs=report/releases-$$line/runs; rm -rf $$runs; mkdir -p $$runs; \
+		$(BIN)/k2conform setup-parsers --adapters --baseline baseline-releases-$$line.json > $$runs.list \
+			|| exit $$?; \
+		while read -r option; do \
+			name=$${option#--adapter=}; name=$${name%%=*}; \
+			$(BIN)/k2conform run "$$option" --json $$runs/$$name.json > $$runs/$$name.log; \
+			status=$$?; [ $$status -le 1 ] || { cat $$runs/$$name.log; exit $$status; }; \
+		done < $$runs.list; \
+		$(BIN)/k2conform merge $$runs/*.json --baseline baseline-releases-$$line.json \
+			--html report/releases-$$line/index.html --json report/releases-$$line/results.json \
+			--markdown report/releases-$$line/summary.md || exit $$?; \
 	done
 	$(BIN)/k2conform history report/releases-vllm/results.json report/releases-sglang/results.json \
 		report/results.json --markdown report/history.md --json report/history.json

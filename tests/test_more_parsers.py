@@ -607,6 +607,23 @@ def test_the_output_that_ends_the_reasoning_goes_on_to_the_tool_parser_from_0_13
     assert (result["outcome"], result["reasoning"]) == ("ok", reasoning), result
 
 
+_ONE_CALL = {
+    "model_output": "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
+    '<|tool_call_argument_begin|>{"city": "Beijing"}<|tool_call_end|><|tool_calls_section_end|>',
+    "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {}}}],
+}
+
+
+@pytest.mark.parametrize(("environment", "quoted"), [("vllm-0.16.0", True), ("vllm-0.17.0", False)])
+def test_from_0_17_the_end_of_stream_step_takes_an_arguments_string_as_it_is(environment, quoted):
+    """4-token bursts leave the last delta carrying arguments, so the server's end-of-stream step
+    sends what it expected beyond what was streamed: 0.16.0 expects ``json.dumps`` of the string
+    the parser stored (a quoted copy is appended), 0.17.0 the string itself."""
+    result = _parse(environment, "vllm-legacy", _ONE_CALL, "--delivery", "stream-burst")
+    (call,) = result["tool_calls"]
+    assert ('{\\"city' in call["arguments"]) is quoted, result
+
+
 @pytest.mark.parametrize("line", ["vllm", "sglang"])
 def test_each_release_baseline_vouches_for_exactly_its_lines_release_environments(line):
     """baseline-releases-LINE.json, the gate of LINE's release environments, names exactly those

@@ -29,7 +29,9 @@ per release run, where it finds them and which of its steps it takes:
   reasoning parser alone, ``extract_reasoning_streaming``.  On the last output, when that
   delta carries arguments, the "unstreamed tool arg tokens" check appends what
   ``prev_tool_call_arr`` holds beyond ``streamed_args_for_tool`` (from 0.14.0 through the
-  server's own ``_create_remaining_args_delta``, which keeps that delta's id and name).
+  server's own ``_create_remaining_args_delta``, which keeps that delta's id and name; the
+  expected arguments are ``json.dumps`` of what the parser stored, from 0.17.0 a string as it
+  is; 0.19.0 checks only once the parser has parsed a call).
   ``maybe_filter_parallel_tool_calls`` (0.12.0 on) changes nothing here: the parser cases do
   not send ``parallel_tool_calls=false``.
 
@@ -97,6 +99,11 @@ class ServingChat:
     #: reasoning parser and the tool parser starts at the next output (0.11.1-0.12.0); from
     #: 0.13.0 the output that ends the reasoning goes on to the tool parser.
     tools_from_next_output: bool = False
+    #: Whether the end-of-stream step takes an arguments string as it is (0.17.0 on; the
+    #: kimi_k2 parser stores strings), not ``json.dumps`` of it.
+    raw_string_arguments: bool = False
+    #: Whether that step runs only when the tool parser has parsed a call (0.19.0).
+    needs_parsed_call: bool = False
 
 
 _OPENAI = "vllm.entrypoints.openai"
@@ -120,6 +127,7 @@ _CHAT_COMPLETION = ServingChat(
     f"{_OPENAI}.chat_completion.protocol",
 )
 _NATIVE_IDS = dataclasses.replace(_CHAT_COMPLETION, native_ids=True)
+_RAW_STRINGS = dataclasses.replace(_NATIVE_IDS, raw_string_arguments=True)
 #: The releases run with this glue (docs/releases.md), each with its server's steps.
 SERVING = {
     "0.10.0": _REGEX_PARSER,
@@ -131,9 +139,9 @@ SERVING = {
     "0.14.0": dataclasses.replace(_TOOL_PARSERS_MOVED, serving_chat=f"{_OPENAI}.serving_chat"),
     "0.15.0": _CHAT_COMPLETION,
     "0.16.0": _NATIVE_IDS,
-    "0.17.0": _NATIVE_IDS,
-    "0.18.0": _NATIVE_IDS,
-    "0.19.0": dataclasses.replace(_NATIVE_IDS, parser_takes_tools=True),
+    "0.17.0": _RAW_STRINGS,
+    "0.18.0": _RAW_STRINGS,
+    "0.19.0": dataclasses.replace(_RAW_STRINGS, parser_takes_tools=True, needs_parsed_call=True),
 }
 
 
@@ -314,7 +322,7 @@ class VllmLegacyAdapter(Adapter):
             reasoning_parser,
             self._protocol,
             self._remaining_args_delta,
-            tools_from_next_output=self._serving.tools_from_next_output,
+            self._serving,
         )
         steps = list(deltas) or [Delta("")]
         events: list[StreamEvent] = []
@@ -356,11 +364,10 @@ class _ServerStream:
         reasoning_parser: Any,
         protocol: Any,
         remaining_args_delta: Any,
-        *,
-        tools_from_next_output: bool,
+        serving: ServingChat,
     ) -> None:
         self._request = chat_request
-        self._tools_from_next_output = tools_from_next_output
+        self._serving = serving
         self._remaining_args_delta = remaining_args_delta
         self._tools = tool_parser
         self._reasoning = reasoning_parser
@@ -423,7 +430,7 @@ class _ServerStream:
         """Reasoning until its end shows in an output's ids; from that output on, the tool
         parser, first handed everything after the reasoning as one delta (0.13)."""
         message = None
-        next_output = self._tools_from_next_output
+        next_output = self._serving.tools_from_next_output
         if not self._reasoning_ended:
             prompt_ended = call_parser(self._reasoning.is_reasoning_end, PROMPT_TOKEN_IDS)
             if prompt_ended and not next_output:
@@ -459,12 +466,14 @@ class _ServerStream:
         """The server's end-of-stream step: send what partial-JSON parsing autocompleted."""
         parser, protocol = self._tools, self._protocol
         called = len(parser.prev_tool_call_arr) > 0
+        if self._serving.needs_parsed_call and not called:
+            return message
         index = len(parser.prev_tool_call_arr) - 1 if called else 0
         latest = message.tool_calls[0].function.arguments
         latest_len = len(latest) if isinstance(latest, str) else 0
-        expected_call = json.dumps(
-            parser.prev_tool_call_arr[index].get("arguments", {}), ensure_ascii=False
-        )
+        args = parser.prev_tool_call_arr[index].get("arguments", {})
+        raw = self._serving.raw_string_arguments and isinstance(args, str)
+        expected_call = args if raw else json.dumps(args, ensure_ascii=False)
         actual_call = parser.streamed_args_for_tool[index]
         if latest_len > 0:
             actual_call = actual_call[:-latest_len]
