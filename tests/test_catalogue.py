@@ -229,3 +229,48 @@ def test_the_matrix_corpus_leaves_the_catalogue_out_and_check_corpus_validates_i
     problems = [str(p) for p in iter_problems(root)]
     assert len(problems) == 1 and bad.name in problems[0]
     assert not any("findings/catalogue" in c.path for c in load_corpus().completions)
+
+
+def test_a_server_adapter_is_built_inside_its_run_session(tmp_path, corpus, monkeypatch):
+    """As ``run`` does, the build enters an adapter's ``run_session`` (vllm-server starts its
+    server there) before its first cell: outside it the cells would be ``unavailable``."""
+    import contextlib
+    import os
+    from dataclasses import replace
+
+    from k2conform.adapter.contract import AdapterUnavailable
+    from k2conform.adapter.registry import Availability
+    from k2conform.catalogue import build as catalogue_build
+    from k2conform.run.matrix import adapter_sessions
+    from k2conform_adapters.reference import ReferenceAdapter
+
+    class ServerToy(ReferenceAdapter):
+        name = "server-toy"
+
+        @contextlib.contextmanager
+        def run_session(self, run_dir):
+            yield {"K2CONFORM_TOY_SERVER": "up"}
+
+        def parse_whole(self, request, output):
+            if os.environ.get("K2CONFORM_TOY_SERVER") != "up":
+                raise AdapterUnavailable("no server for this process")
+            result = super().parse_whole(request, output)
+            return replace(result, content=(result.content or "") + "!")
+
+    toy = ServerToy()
+    (case,) = [c for c in corpus.completions if c.id == "y_think_prose_before_newline_then_think"]
+    with adapter_sessions([toy], tmp_path):
+        cell = run_cell(toy, case, "whole", CellSettings(), Availability("ok"))
+    assert cell.outcome.finding, cell
+    row = adapter_row(toy, ("ok", ""))
+    document = assemble([cell], [case], [row], CellSettings().seed, ("whole",), 0.0, 0).to_json()
+    monkeypatch.setattr(
+        catalogue_build, "reach", lambda *_: ("server-toy", toy, Availability("ok"))
+    )
+    out = tmp_path / "catalogue"
+    done = build(
+        [("results.json", document)], [], out, {case.id: case}, ["server-toy"],
+        reports=False, say=lambda _: None,
+    )  # fmt: skip
+    assert [b.status for b in done] == ["written"], [b.note for b in done]
+    assert os.environ.get("K2CONFORM_TOY_SERVER") is None  # the session ended with the build

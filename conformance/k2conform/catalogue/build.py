@@ -40,6 +40,7 @@ from k2conform.minimize.delta_debug import Candidate, Minimizer
 from k2conform.model import Cell, Request, dumps_canonical
 from k2conform.report.findings import Behaviour, delivered_deltas, repro_command
 from k2conform.run.cell import CellSettings, run_cell
+from k2conform.run.matrix import adapter_sessions
 
 #: The ``generator.class`` of a catalogue case; its ``generator.finding`` is the finding block.
 CLASS = "CATALOGUE"
@@ -473,54 +474,62 @@ def build(
                     old.unlink()
     opened: dict[str, tuple[str, Any, Availability] | None] = {}
     done: list[Built] = []
-    for n, (adapter_name, behaviour, summaries, seed, origin) in enumerate(plan, 1):
-        if adapter_name not in opened:
-            opened[adapter_name] = reach(adapter_name, specs, venv_root, timeout)
-        reached = opened[adapter_name]
-        what = (behaviour.reason or behaviour.signatures[0])[:70]
-        label = f"[{n}/{len(plan)}] {adapter_name}: {what}"
-        if reached is None or reached[2].status != "ok":
-            why = reached[2].reason if reached else "not reachable (give --adapter NAME=cmd:...)"
-            done.append(Built(behaviour, "skipped", f"adapter not available: {why}"))
-            say(f"{label}: skipped, adapter not available: {why}")
-            continue
-        spec, adapter, availability = reached
-        example = behaviour.example(summaries)
-        if example.delivery not in dl.MODES:
-            done.append(
-                Built(
-                    behaviour,
-                    "skipped",
-                    f"a {example.delivery} cell of {origin}, not one cell of a delivery mode: "
-                    f"`{repro_command(example, seed)}` draws it again",
+    # Run-wide sessions (vllm-server starts its server) live for the whole build.
+    with contextlib.ExitStack() as sessions:
+        for n, (adapter_name, behaviour, summaries, seed, origin) in enumerate(plan, 1):
+            if adapter_name not in opened:
+                opened[adapter_name] = reach(adapter_name, specs, venv_root, timeout)
+                if opened[adapter_name] is not None:  # a server adapter's server, as run starts it
+                    sessions.enter_context(adapter_sessions([opened[adapter_name][1]], None))
+            reached = opened[adapter_name]
+            what = (behaviour.reason or behaviour.signatures[0])[:70]
+            label = f"[{n}/{len(plan)}] {adapter_name}: {what}"
+            if reached is None or reached[2].status != "ok":
+                why = (
+                    reached[2].reason if reached else "not reachable (give --adapter NAME=cmd:...)"
                 )
+                done.append(Built(behaviour, "skipped", f"adapter not available: {why}"))
+                say(f"{label}: skipped, adapter not available: {why}")
+                continue
+            spec, adapter, availability = reached
+            example = behaviour.example(summaries)
+            if example.delivery not in dl.MODES:
+                done.append(
+                    Built(
+                        behaviour,
+                        "skipped",
+                        f"a {example.delivery} cell of {origin}, not one cell of a delivery mode: "
+                        f"`{repro_command(example, seed)}` draws it again",
+                    )
+                )
+                say(f"{label}: skipped ({example.delivery} cell)")
+                continue
+            source = corpus.get(example.case)
+            if source is None:
+                done.append(
+                    Built(behaviour, "skipped", f"case {example.case} is not in the corpus")
+                )
+                say(f"{label}: skipped (case {example.case} not in the corpus)")
+                continue
+            result = build_one(
+                behaviour, summaries, source, adapter, availability, seed, timeout,
+                out / adapter_name, budget,
+            )  # fmt: skip
+            if result.status == "written" and result.path is not None and reports:
+                state = _kept_report(result.path, previous)
+                if state is None:
+                    state = write_report(spec, result.path, seed, timeout, run_scripts)
+                record_report(result.path, state)
+                result.finding["report"] = {"state": state}
+            done.append(result)
+            chars = result.finding.get("chars")
+            report = result.finding.get("report")
+            say(
+                f"{label}: {result.status}"
+                + (f" {result.path.name} ({chars[0]} -> {chars[1]} chars)" if result.path else "")
+                + (f"; report {report['state']}" if report else "")
+                + (f"; {result.note}" if result.note else "")
             )
-            say(f"{label}: skipped ({example.delivery} cell)")
-            continue
-        source = corpus.get(example.case)
-        if source is None:
-            done.append(Built(behaviour, "skipped", f"case {example.case} is not in the corpus"))
-            say(f"{label}: skipped (case {example.case} not in the corpus)")
-            continue
-        result = build_one(
-            behaviour, summaries, source, adapter, availability, seed, timeout,
-            out / adapter_name, budget,
-        )  # fmt: skip
-        if result.status == "written" and result.path is not None and reports:
-            state = _kept_report(result.path, previous)
-            if state is None:
-                state = write_report(spec, result.path, seed, timeout, run_scripts)
-            record_report(result.path, state)
-            result.finding["report"] = {"state": state}
-        done.append(result)
-        chars = result.finding.get("chars")
-        report = result.finding.get("report")
-        say(
-            f"{label}: {result.status}"
-            + (f" {result.path.name} ({chars[0]} -> {chars[1]} chars)" if result.path else "")
-            + (f"; report {report['state']}" if report else "")
-            + (f"; {result.note}" if result.note else "")
-        )
     from k2conform.catalogue.index import write_index
 
     skipped = {
