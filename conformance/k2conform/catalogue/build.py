@@ -170,6 +170,21 @@ def reach(
     return reached
 
 
+def reach_in_session(
+    sessions: contextlib.ExitStack,
+    name: str,
+    specs: Mapping[str, str],
+    venv_root: Path | None,
+    timeout: float,
+) -> tuple[str, Any, Availability] | None:
+    """``reach``, then the adapter's run session entered on ``sessions`` as ``run`` enters it
+    (``vllm-server`` starts its server there), lasting until ``sessions`` closes."""
+    reached = reach(name, specs, venv_root, timeout)
+    if reached is not None:
+        sessions.enter_context(adapter_sessions([reached[1]], None))
+    return reached
+
+
 def open_adapter(spec: str, timeout: float) -> tuple[Any, Availability]:
     adapter = create_adapter(spec, timeout)
     return adapter, load(adapter)
@@ -478,9 +493,9 @@ def build(
     with contextlib.ExitStack() as sessions:
         for n, (adapter_name, behaviour, summaries, seed, origin) in enumerate(plan, 1):
             if adapter_name not in opened:
-                opened[adapter_name] = reach(adapter_name, specs, venv_root, timeout)
-                if opened[adapter_name] is not None:  # a server adapter's server, as run starts it
-                    sessions.enter_context(adapter_sessions([opened[adapter_name][1]], None))
+                opened[adapter_name] = reach_in_session(
+                    sessions, adapter_name, specs, venv_root, timeout
+                )
             reached = opened[adapter_name]
             what = (behaviour.reason or behaviour.signatures[0])[:70]
             label = f"[{n}/{len(plan)}] {adapter_name}: {what}"

@@ -7,11 +7,12 @@ release does something else: rebuild or drop the entry), 2 on a bad catalogue fi
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 from pathlib import Path
 from typing import Any, Callable
 
-from k2conform.catalogue.build import _quiet, reach, spec_name
+from k2conform.catalogue.build import _quiet, reach_in_session, spec_name
 from k2conform.catalogue.index import Entry, read_catalogue
 from k2conform.errors import UsageError
 from k2conform.run.cell import CellSettings, run_cell
@@ -52,25 +53,26 @@ def check(
     specs = {spec_name(a): a for a in adapters}
     opened: dict[str, tuple[Any, Any]] = {}
     tally = {REPRODUCES: 0, CHANGED: 0, UNAVAILABLE: 0}
-    for entry in entries:
-        name = entry.adapter
-        if specs and name not in specs and not any(s == name for s in specs.values()):
-            continue
-        if name not in opened:
-            reached = reach(name, specs, venv_root, timeout)
-            opened[name] = reached[1:] if reached else (None, None)
-        adapter, availability = opened[name]
-        state, shows = check_entry(entry, adapter, availability, timeout)
-        tally[state] += 1
-        expected = entry.finding["outcome"] + (
-            f" ({', '.join(entry.finding['fields'])})" if entry.finding["fields"] else ""
-        )
-        detail = {
-            REPRODUCES: shows,
-            CHANGED: f"showed {expected}, now {shows}",
-            UNAVAILABLE: shows,
-        }[state]
-        say(f"{state:<17} {name} {entry.case.id} [{entry.finding['delivery']}]: {detail}")
+    with contextlib.ExitStack() as sessions:  # a server adapter's server, for the whole check
+        for entry in entries:
+            name = entry.adapter
+            if specs and name not in specs and not any(s == name for s in specs.values()):
+                continue
+            if name not in opened:
+                reached = reach_in_session(sessions, name, specs, venv_root, timeout)
+                opened[name] = reached[1:] if reached else (None, None)
+            adapter, availability = opened[name]
+            state, shows = check_entry(entry, adapter, availability, timeout)
+            tally[state] += 1
+            expected = entry.finding["outcome"] + (
+                f" ({', '.join(entry.finding['fields'])})" if entry.finding["fields"] else ""
+            )
+            detail = {
+                REPRODUCES: shows,
+                CHANGED: f"showed {expected}, now {shows}",
+                UNAVAILABLE: shows,
+            }[state]
+            say(f"{state:<17} {name} {entry.case.id} [{entry.finding['delivery']}]: {detail}")
     return tally
 
 
