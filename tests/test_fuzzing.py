@@ -691,3 +691,23 @@ def test_fuzz_cli_reports_executions_per_second(tmp_path):
     # UsageError class)
     usage = subprocess.run([K2CONFORM, "fuzz", "reference"], capture_output=True, text=True)
     assert usage.returncode == 2 and "--seconds" in usage.stderr
+
+
+def test_a_finding_past_the_end_of_turn_is_a_case_that_loads(tmp_path):
+    """A fuzz input with text after <|im_end|>: its deliveries stop there (the server stops), and
+    the saved case's recorded deltas still add up to its whole model_output, the rest as one
+    more piece that a replay drops again."""
+    from k2conform.case.corpus import load_case
+    from k2conform.fuzzing.engine import Observation, finding_case, write_case_file
+    from k2conform.model import Request
+
+    text = f"Hi.{mk.IM_END}after the turn"
+    delivered = ("H", "i.")
+    observation = Observation(
+        "stream-char", Result(content="Hi."), "vllm:extra-call", {"vllm": ("extra-call",)}, {},
+        delivered,
+    )  # fmt: skip
+    case = finding_case(Request(), text, observation, "differential")
+    loaded = load_case(write_case_file(case, tmp_path))
+    assert "".join(loaded.deltas) == loaded.model_output == text
+    assert loaded.deltas[: len(delivered)] == delivered

@@ -266,6 +266,11 @@ def finding_case(
         "signature": focus,
         "adapters": sorted(observation.kinds),
     }
+    deltas = observation.deltas
+    if deltas is not None and "".join(deltas) != text:
+        # the delivery stopped at <|im_end|> (dl.engine_output): the case's deltas must still
+        # add up to its model_output, so the rest is one more piece, which a replay drops again
+        deltas = (*deltas, text[len("".join(deltas)) :])
     return CompletionCase(
         case_id,
         description,
@@ -273,7 +278,7 @@ def finding_case(
         source,
         request,
         text,
-        observation.deltas,
+        deltas,
         expected,
         generator,
     )
