@@ -66,6 +66,7 @@ from k2conform_adapters.vllm_parser import (
     calls_from_content,
     carries_arguments,
     load_kimi_tokenizer,
+    refuse_forced_choice,
     server_reasoning_parser,
 )
 
@@ -231,11 +232,7 @@ class VllmLegacyAdapter(Adapter):
         self._version = vllm.__version__
 
     def _chat_request(self, request: Request) -> Any:
-        if not isinstance(request.tool_choice, str) or request.tool_choice == "required":
-            raise AdapterUnavailable(
-                f"tool_choice {json.dumps(request.tool_choice)}: vLLM {self._version} answers it "
-                "with structured outputs, not the kimi_k2 parser"
-            )
+        refuse_forced_choice(request.tool_choice, self._version)
         # Before the kimi_k2 reasoning parser nothing read the thinking switch.
         return build_chat_request(
             self._request_cls,

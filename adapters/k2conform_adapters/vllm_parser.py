@@ -334,16 +334,8 @@ class VllmAdapter(Reproducible, Adapter):
         self.load()
         cls = self._parser_cls[request.thinking or server_reasoning_parser()]
         chat_request = build_chat_request(self._request_cls, request, choice_without_tools=None)
-        if (
-            self._json_forced_choice
-            and chat_request.tools
-            and (request.tool_choice == "required" or not isinstance(request.tool_choice, str))
-        ):
-            raise AdapterUnavailable(
-                f"tool_choice {json.dumps(request.tool_choice)}: vLLM {self._version}'s kimi_k2 "
-                "tool parser keeps supports_required_and_named, so the request is constrained to "
-                "JSON from the tools' schema and parsed as JSON, never in Kimi's format"
-            )
+        if self._json_forced_choice and chat_request.tools:
+            refuse_forced_choice(request.tool_choice, self._version)
         if not self._split:
             chat_request = call_parser(
                 self._new_parser(cls, chat_request).adjust_request, chat_request
@@ -561,6 +553,18 @@ def _unstreamed_args(tool_parser: Any, message: Any, remaining_args_delta: Any) 
         actual_call = actual_call[: -len(latest)]
     remaining = expected_call.replace(actual_call, "", 1)
     return call_parser(remaining_args_delta, message, remaining, index)
+
+
+def refuse_forced_choice(tool_choice: Any, version: str) -> None:
+    """A required or named tool_choice in a release whose kimi_k2 tool parser keeps
+    ``supports_required_and_named`` (every release before 0.24.0): ``adjust_request``
+    constrains decoding to JSON from the tools' schema and the server parses that JSON, so
+    such a request never reaches the Kimi parser: the cell is unavailable."""
+    if tool_choice == "required" or not isinstance(tool_choice, str):
+        raise AdapterUnavailable(
+            f"tool_choice {json.dumps(tool_choice)}: vLLM {version} constrains it to JSON from "
+            "the tools' schema (structured outputs) and parses that JSON, never Kimi's format"
+        )
 
 
 def inline_message_fields(
