@@ -274,3 +274,29 @@ def test_a_server_adapter_is_built_inside_its_run_session(tmp_path, corpus, monk
     )  # fmt: skip
     assert [b.status for b in done] == ["written"], [b.note for b in done]
     assert os.environ.get("K2CONFORM_TOY_SERVER") is None  # the session ended with the build
+
+
+@pytest.mark.parametrize(("writes_script", "state"), [(True, "not reproduced"), (False, "no script")])
+def test_a_report_without_a_script_is_no_script_not_unreproduced(
+    tmp_path, monkeypatch, writes_script, state
+):
+    """report-finding exits 1 both when its script did not reproduce the finding and when the
+    adapter has no reproduction template; only a script that ran can fail to reproduce."""
+    import shutil
+
+    import k2conform.cli
+    from k2conform.catalogue.build import write_report
+
+    root = Path(__file__).resolve().parent.parent
+    source = next((root / "corpus/findings/catalogue/vllm").glob("*.json"))
+    path = tmp_path / source.name
+    shutil.copy(source, path)
+
+    def report_finding(argv):
+        path.with_suffix(".md").write_text("report")
+        if writes_script:
+            path.with_suffix(".py").write_text("script")
+        return 1
+
+    monkeypatch.setattr(k2conform.cli, "main", report_finding)
+    assert write_report("vllm", path, seed=1, timeout=5.0, run_script=True) == state

@@ -380,7 +380,9 @@ def report_command(spec: str) -> tuple[list[str], str] | None:
 def write_report(spec: str, path: Path, seed: int, timeout: float, run_script: bool) -> str:
     """``k2conform report-finding`` for a catalogue case, beside it as ``.md`` (and ``.py``):
     in this process for an in-process adapter, else with the adapter environment's k2conform.
-    Returns how it went: ``reproduced``, ``not reproduced`` (report written), or why none."""
+    Returns how it went: ``reproduced``, ``not reproduced`` or ``not run`` (report and script
+    written), ``no script`` (report written; the adapter has no reproduction template), or
+    why there is no report."""
     case = load_case(path)
     finding = case.generator["finding"]
     where = report_command(spec)
@@ -408,6 +410,8 @@ def write_report(spec: str, path: Path, seed: int, timeout: float, run_script: b
     if status == 0:
         return "reproduced"
     if status == 1 and path.with_suffix(".md").exists():
+        if not path.with_suffix(".py").exists():
+            return "no script"
         return "not reproduced" if run_script else "not run"
     return "no report: " + (detail[-1] if detail else f"exit status {status}")
 
