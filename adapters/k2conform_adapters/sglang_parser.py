@@ -197,13 +197,10 @@ class SglangAdapter(Reproducible, Adapter):
 
         self._fcp_cls = fcp
         self._rp_cls = self._load_reasoning_parser() if self._glue.kimi_reasoning else None
-        # serving_chat's one-shot/stream parser gets the server's tokenizer
+        # serving_chat's tool and reasoning parsers get the server's tokenizer
         # (``tokenizer=self.tokenizer_manager.tokenizer``), where the release takes one
-        self._fcp_tokenizer = (
-            {"tokenizer": _kimi_tokenizer()}
-            if "tokenizer" in inspect.signature(fcp).parameters
-            else {}
-        )
+        self._fcp_tokenizer = _tokenizer_argument(fcp)
+        self._rp_tokenizer = _tokenizer_argument(self._rp_cls) if self._rp_cls else {}
         self._request_cls = protocol.ChatCompletionRequest
 
     def _load_reasoning_parser(self) -> Any:
@@ -257,6 +254,7 @@ class SglangAdapter(Reproducible, Adapter):
             # thinking on: see the module docstring; before 0.5.9 False for kimi_k2
             force_reasoning=glue.reasoning_from_request,
             **extra,
+            **self._rp_tokenizer,
         )
 
     def _tool_parser(self, chat_request: Any) -> Any:
@@ -415,6 +413,13 @@ class SglangAdapter(Reproducible, Adapter):
                 if rest is not None:
                     events.append(StreamEvent(tool_calls=(rest,)))
         return events
+
+
+def _tokenizer_argument(parser_cls: Any) -> dict[str, Any]:
+    """``{"tokenizer": ...}`` for a parser class that takes the server's tokenizer, else {}."""
+    if "tokenizer" in inspect.signature(parser_cls).parameters:
+        return {"tokenizer": _kimi_tokenizer()}
+    return {}
 
 
 def _kimi_tokenizer() -> Any:
