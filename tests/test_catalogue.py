@@ -276,7 +276,9 @@ def test_a_server_adapter_is_built_inside_its_run_session(tmp_path, corpus, monk
     assert os.environ.get("K2CONFORM_TOY_SERVER") is None  # the session ended with the build
 
 
-@pytest.mark.parametrize(("writes_script", "state"), [(True, "not reproduced"), (False, "no script")])
+@pytest.mark.parametrize(
+    ("writes_script", "state"), [(True, "not reproduced"), (False, "no script")]
+)
 def test_a_report_without_a_script_is_no_script_not_unreproduced(
     tmp_path, monkeypatch, writes_script, state
 ):
