@@ -173,3 +173,24 @@ def _repo_file(name):
     from pathlib import Path
 
     return Path(__file__).resolve().parent.parent / name
+
+
+@given(completions(), st.data())
+def test_tool_choice_none_withholds_every_call_at_every_split(generated, data):
+    """REQUEST.tool-choice-none: the same output with tool_choice none keeps content and
+    reasoning as auto does, and no call reaches the result or any streamed delta."""
+    tools = generated.tools or (
+        {"type": "function", "function": {"name": "get_weather", "parameters": {}}},
+    )
+    thinking = data.draw(st.booleans())
+    auto = Request(tools=tools, tool_choice="auto", thinking=thinking)
+    none = Request(tools=tools, tool_choice="none", thinking=thinking)
+    deltas = data.draw(chunkings(generated.text))
+    expected = parse(generated.text, auto)
+    result, events = stream(generated.text, deltas, none)
+    assert result.tool_calls == ()
+    assert all(e is None or not e.tool_calls for e in events)
+    assert (result.content, result.reasoning) == (expected.content, expected.reasoning)
+    assert ("REQUEST.tool-choice-none" in result.meta["policies"]) == bool(expected.tool_calls)
+    assembled = assemble(events).result
+    assert observable(assembled) == observable(result)

@@ -62,8 +62,9 @@ KEEPING_POLICIES = frozenset(
         "THINK.unterminated",
     }
 )
-#: Every policy that does not by itself make a case implementation-defined.
-_SETTLED = SPEC_POLICIES | KEEPING_POLICIES | {"ARGS.invalid-json"}
+#: Every policy that does not by itself make a case implementation-defined
+#: (``REQUEST.tool-choice-none``: the request decides; the call is the model's error).
+_SETTLED = SPEC_POLICIES | KEEPING_POLICIES | {"ARGS.invalid-json", "REQUEST.tool-choice-none"}
 
 #: The chat template's own markup: the spec defines it in prompts, never in a model's reply.
 TEMPLATE_MARKUP = (
@@ -182,7 +183,9 @@ def _malformed(request: Request, result: Result, policies: set[str]) -> list[str
         written = standard_id(call.id)
         if written is not None and written[1] != position:
             reasons.append(f"call {call.id!r}: index {written[1]} at position {position}")
-    if request.tool_choice == "none" and result.tool_calls:
+    if "REQUEST.tool-choice-none" in policies or (
+        request.tool_choice == "none" and result.tool_calls
+    ):
         reasons.append("a call although tool_choice is none")
     return reasons
 

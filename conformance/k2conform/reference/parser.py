@@ -125,6 +125,9 @@ class ReferenceParser:
             tool_name(t): t["function"].get("parameters") or {} for t in request.tools
         }
         self._state = State.THINK if request.thinking else State.TEXT
+        # REQUEST.tool-choice-none: calls are parsed as always (so the section's text stays
+        # out of content) and withheld from the events and the result.
+        self._withhold_calls = request.tool_choice == "none" and bool(request.tools)
         self._at_output_start = request.thinking
         self._pending = ""  # a held-back tail that may still become a marker
         self._header: list[str] = []
@@ -157,16 +160,13 @@ class ReferenceParser:
             # exactly what _scan_args and _args_text would do with it, minus the calls.
             call = self._calls[-1]
             call.args.append(text)
-            if call.infer or not text:
+            if call.infer or not text or self._withhold_calls:
                 return None
             return StreamEvent(None, None, (ToolCallDelta(call.index, None, None, text),))
         data = self._pending + text if self._pending else text
         self._pending = ""
         self._scan(data, final=False)
-        if not self._events:
-            return None
-        events, self._events = self._events, []
-        return events_to_stream_event(events)
+        return self._drain()
 
     def finish(self) -> StreamEvent | None:
         data, self._pending = self._pending, ""
@@ -178,7 +178,9 @@ class ReferenceParser:
 
     def result(self) -> Result:
         calls = tuple(
-            ToolCall(name=c.name, arguments="".join(c.args), id=c.id) for c in self._calls
+            ToolCall(name=c.name, arguments="".join(c.args), id=c.id)
+            for c in self._calls
+            if not self._withhold_calls
         )
         return Result(
             content="".join(self._content) or None,
@@ -407,6 +409,8 @@ class ReferenceParser:
         name, infer = self._resolve_name(call_id)
         call = _Call(index=len(self._calls), id=call_id, name=name, infer=infer)
         self._calls.append(call)
+        if self._withhold_calls:
+            self._fire("REQUEST.tool-choice-none")
         if not infer:
             self._events.append(("call", call.index, call.id, name))
         self._state = State.ARGS
@@ -499,7 +503,11 @@ class ReferenceParser:
         self._policies.setdefault(policy, None)
 
     def _drain(self) -> StreamEvent | None:
+        if not self._events:
+            return None
         events, self._events = self._events, []
+        if self._withhold_calls and events:
+            events = [e for e in events if e[0] in ("content", "reasoning")]
         return events_to_stream_event(events)
 
 

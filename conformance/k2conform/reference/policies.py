@@ -96,6 +96,12 @@ POLICIES: dict[str, str] = {
         "is the end-of-turn token: an engine stops generating there and never passes it "
         "on); anything after it is ignored."
     ),
+    # Request
+    "REQUEST.tool-choice-none": (
+        "With `tool_choice: \"none\"` and tools declared, a section the model writes anyway "
+        "is parsed as always and its calls are withheld: no tool call, and none of the "
+        "section's text in content (OpenAI: none means no call; no markup leaks)."
+    ),
     # Reasoning
     "THINK.off": "With thinking off, `<think>` and `</think>` are ordinary content.",
     "THINK.leading-open-tag": (
