@@ -220,29 +220,31 @@ def test_an_opt_in_mode_is_taken_when_asked_for_and_left_out_of_a_default_run():
 
 
 def test_holdback_sends_each_id_at_once_and_its_text_a_stop_buffer_later():
-    """vLLM's detokenizer with stop strings: one id per delta, the text released lags the text
-    produced by exactly the stop buffer (never going back); the end-of-turn token's output,
-    which adds no text of its own, releases the rest."""
-    from k2conform.delivery.modes import HOLDBACKS
+    """vLLM's detokenizer with stop strings: one engine step per delta with all its ids, the
+    text released lags the text produced by exactly the stop buffer (never going back); the
+    end-of-turn token's output, which adds no text of its own, releases the rest."""
+    from k2conform.delivery.modes import HOLDBACKS, holdback_variant
 
     spans = TOKENIZER.tokenize_spans(TEXT)
     variants = deliveries(TEXT, "stream-holdback", TOKENIZER)
-    assert [v.variant for v in variants] == [f"stop buffer={lag}" for lag in HOLDBACKS]
+    assert [v.variant for v in variants] == [holdback_variant(*h) for h in HOLDBACKS]
+    assert any(step > 1 for _, step in HOLDBACKS)
     begin = mk.SPECIAL_TOKEN_IDS[mk.CALL_BEGIN]
-    for lag, held in zip(HOLDBACKS, variants):
-        *per_token, end = held.deltas
-        assert [d.token_ids for d in per_token] == [(i,) for i, _ in spans]
+    for (lag, step), held in zip(HOLDBACKS, variants):
+        *steps, end = held.deltas
+        groups = [spans[k : k + step] for k in range(0, len(spans), step)]
+        assert [d.token_ids for d in steps] == [tuple(i for i, _ in g) for g in groups]
         produced, released = "", ""
-        for (_, piece), delta in zip(spans, per_token):
-            produced += piece
+        for group, delta in zip(groups, steps):
+            produced += "".join(piece for _, piece in group)
             released += delta.text
             assert len(released) == max(len(produced) - lag, 0)
             assert produced.startswith(released)
         assert end.token_ids == (mk.SPECIAL_TOKEN_IDS[mk.IM_END],)
         assert released + end.text == TEXT and len(end.text) == min(lag, len(TEXT))
-        # a marker's id goes out while its text is still held back: what the mode is for
-        (at,) = [n for n, d in enumerate(per_token) if d.token_ids == (begin,)]
-        assert mk.CALL_BEGIN not in "".join(d.text for d in per_token[: at + 1])
+        if step == 1:  # a marker's id goes out while its text is held back: the mode's point
+            (at,) = [n for n, d in enumerate(steps) if begin in d.token_ids]
+            assert mk.CALL_BEGIN not in "".join(d.text for d in steps[: at + 1])
 
 
 def test_holdback_is_taken_only_where_the_server_holds_text_back_and_only_when_asked():

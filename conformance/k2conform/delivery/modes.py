@@ -29,9 +29,10 @@ MODES: dict[str, str] = {
     "stream-after-cutoff": "one token per delta, right after another stream through the same "
     "adapter was cut off inside a call's arguments (nothing one request leaves behind may reach "
     "the next)",
-    "stream-holdback": "one token per delta, its text held back 11 characters (a second "
-    "variant: 32) until later tokens or the end-of-turn token's output release it, as vLLM's "
-    "detokenizer streams a request with stop strings: a marker's id can arrive before its text",
+    "stream-holdback": "one token per delta, its text held back 11 characters (variants: 32; "
+    "11 with 3 tokens a step, as speculative decoding) until later tokens or the end-of-turn "
+    "token's output release it, as vLLM's detokenizer streams a request with stop strings: a "
+    "marker's id can arrive before its text",
     "stream-char": "one character per delta (text-level, no token ids)",
     "stream-marker-split": "9 streams that together cut every marker at every inner offset; text "
     "between markers in one delta (text-level)",
@@ -93,12 +94,15 @@ CUTOFF_PRELUDE = (
 #: The prelude's tool when a case declares none.
 CUTOFF_TOOL = "get_weather"
 DEFAULT_BURST = 4
-#: ``stream-holdback``'s lags, one variant each: vLLM holds back ``max(len(stop)) - 1``
+#: ``stream-holdback``'s variants, (lag, tokens a step): vLLM holds back ``max(len(stop)) - 1``
 #: characters of text while a stop string could still match (``v1/engine/detokenizer.py``,
 #: ``stop_buffer_length``) and sends every token id at once.  11 is ``stop=["Observation:"]``,
 #: a ReAct agent's stop; 32 is a stop string longer than the longest marker (28 characters),
-#: so that every marker's id goes out before any of its text.
-HOLDBACKS = (11, 32)
+#: so that every marker's id goes out before any of its text.  The third is the ReAct stop
+#: with speculative decoding: an engine step accepts several tokens, the detokenizer takes
+#: them together (``IncrementalDetokenizer.update`` over the step's new ids) and the step's
+#: output carries all their ids with the text released after the last.
+HOLDBACKS = ((11, 1), (32, 1), (11, 3))
 DEFAULT_SEED = 20261130
 MARKER_SPLIT_STRIDE = 9
 
@@ -168,8 +172,8 @@ def deliveries(
         return [Delivery(mode, _per_token(spans), variant=f"after {tool}", prelude=prelude)]
     if mode == "stream-holdback":
         return [
-            Delivery(mode, _held_back(spans, lag), variant=f"stop buffer={lag}")
-            for lag in HOLDBACKS
+            Delivery(mode, _held_back(spans, lag, step), variant=holdback_variant(lag, step))
+            for lag, step in HOLDBACKS
         ]
     if mode == "stream-burst":
         groups = [spans[k : k + burst] for k in range(0, len(spans), burst)]
@@ -206,18 +210,24 @@ def _per_token(spans: list[tuple[int, str]]) -> tuple[Delta, ...]:
     return tuple(Delta(piece, (i,)) for i, piece in spans)
 
 
-def _held_back(spans: list[tuple[int, str]], holdback: int) -> tuple[Delta, ...]:
-    """One delta per token with that token's id, releasing all but the last ``holdback``
-    characters produced so far; then the end-of-turn token's output, which adds no text (the
-    stop token is not detokenised) and, finished, releases the rest (``get_next_output_text``
-    with ``finished``)."""
+def holdback_variant(lag: int, step: int) -> str:
+    """A ``stream-holdback`` variant's label."""
+    return f"stop buffer={lag}" + (f", {step} tokens a step" if step > 1 else "")
+
+
+def _held_back(spans: list[tuple[int, str]], holdback: int, step: int) -> tuple[Delta, ...]:
+    """One delta per engine step of ``step`` tokens with their ids, releasing all but the
+    last ``holdback`` characters produced so far; then the end-of-turn token's output, which
+    adds no text (the stop token is not detokenised) and, finished, releases the rest
+    (``get_next_output_text`` with ``finished``)."""
     if not spans:
         return ()
     deltas, produced, sent = [], "", 0
-    for token_id, piece in spans:
-        produced += piece
+    for k in range(0, len(spans), step):
+        group = spans[k : k + step]
+        produced += "".join(piece for _, piece in group)
         upto = max(sent, len(produced) - holdback)
-        deltas.append(Delta(produced[sent:upto], (token_id,)))
+        deltas.append(Delta(produced[sent:upto], tuple(i for i, _ in group)))
         sent = upto
     deltas.append(Delta(produced[sent:], (mk.SPECIAL_TOKEN_IDS[mk.IM_END],)))
     return tuple(deltas)
