@@ -9,7 +9,14 @@ import sys
 import pytest
 
 from k2conform.bench import measure as bench
-from k2conform.bench.fuzz_speed import fuzz_lines, fuzz_row, fuzz_speeds
+from k2conform.bench.fuzz_speed import (
+    fuzz_lines,
+    fuzz_row,
+    fuzz_speeds,
+    worker_lines,
+    worker_speeds,
+    workers_row,
+)
 from k2conform.cli import main
 from k2conform.delivery.modes import cut
 from k2conform.reference.parser import ReferenceParser
@@ -190,6 +197,44 @@ def test_fuzz_speeds_runs_a_target_from_the_seed_corpus():
     assert row["executions"] >= len(seed_files())  # libFuzzer ran every seed before mutating
     assert row["cpu_seconds"] > 0 and row["exec_per_cpu_s"] > 0 and row["cov"] > 0
     assert set(fuzz["loadavg"]) == {"before", "after"}
+
+
+def test_a_workers_row_adds_the_workers_up():
+    from k2conform.fuzzing.workers import Worker
+
+    workers = [Worker(0, []), Worker(1, [])]
+    for worker, (runs, speed, cov, ready) in zip(
+        workers, ((300, 10, 900, 7.0), (200, 8, 950, 6.0))
+    ):
+        worker.read(f"[k2conform fuzz] differential: ready after {ready:.2f} CPU seconds\n")
+        worker.read(f"#{runs}\tDONE   cov: {cov} ft: {cov * 4} corp: 9/1Kb exec/s: {speed}\n")
+        worker.read(f"stat::number_of_executed_units: {runs}\n")
+        worker.read(f"stat::average_exec_per_sec:     {speed}\n")
+    row = workers_row("differential", 30, workers, 63.0)
+    assert row == {
+        "target": "differential",
+        "run": "differential --workers 2",
+        "workers": 2,
+        "seconds": 30,
+        "executions": 500,
+        "exec_per_s": 18,
+        "cpu_seconds": 50.0,
+        "exec_per_cpu_s": 10,
+        "cov": 950,
+        "ft": 3800,
+    }  # 13 of 63 CPU seconds: the two workers' imports
+    assert "error" in workers_row("differential", 30, [Worker(0, [])], 1.0)
+
+
+def test_worker_speeds_runs_the_target_with_each_worker_count():
+    fuzz = worker_speeds(2, (1, 2), target="reference")
+    assert [row["workers"] for row in fuzz["targets"]] == [1, 2]
+    for row in fuzz["targets"]:
+        assert "error" not in row, row
+        assert row["executions"] > 0 and row["exec_per_cpu_s"] > 0 and row["cov"] > 0
+        assert set(row["loadavg"]) == {"before", "after"}
+    lines = worker_lines(fuzz)
+    assert "reference --workers 2" in lines[2] and "load average" in lines[2]
 
 
 def _operations(text: str) -> int:

@@ -711,3 +711,159 @@ def test_a_finding_past_the_end_of_turn_is_a_case_that_loads(tmp_path):
     loaded = load_case(write_case_file(case, tmp_path))
     assert "".join(loaded.deltas) == loaded.model_output == text
     assert loaded.deltas[: len(delivered)] == delivered
+
+
+# -- several workers (k2conform fuzz --workers N) ----------------------------------------------
+
+
+def _observation(sig: str = "vllm:extra-call"):
+    from k2conform.fuzzing.engine import Observation
+
+    return Observation(
+        "whole", Result(content="Hi."), sig, {"vllm": ("extra-call",)}, {}, None
+    )  # fmt: skip
+
+
+def test_two_workers_save_each_signature_once_and_their_tables_merge(tmp_path):
+    """Worker 1 loses the claim on a signature worker 0 saved: it only counts it; the merged
+    table adds the counts and executions up and keeps the saving worker's file."""
+    from k2conform.fuzzing.engine import FindingStore, format_table
+    from k2conform.fuzzing.workers import merge_worker_tables, table_path
+    from k2conform.model import Request
+
+    stores = [FindingStore(tmp_path, "differential", worker=k) for k in (0, 1)]
+    assert stores[0].record(Request(), "Hi.", _observation()) == ["whole vllm:extra-call"]
+    for _ in range(3):
+        assert stores[1].record(Request(), "Hi.", _observation()) == []  # claimed: counted only
+        stores[1].tick()
+    stores[1].record(Request(), "Hi.", _observation("sglang:extra-call"))
+    stores[0].tick()
+    for store in stores:
+        store.save(force=True)
+    cases = sorted(tmp_path.glob("*_fuzz_*.json"))
+    assert len(cases) == 2  # one case file per signature between the two workers
+    assert stores[1].files["whole vllm:extra-call"] == stores[0].files["whole vllm:extra-call"]
+    assert not table_path(tmp_path, "differential").exists()  # each worker has its own table
+    merged = merge_worker_tables(tmp_path, "differential", 2)
+    assert merged is not None and merged["workers"] == 2 and merged["executions"] == 4
+    rows = {row["key"]: row for row in merged["signatures"]}
+    assert rows["whole vllm:extra-call"]["count"] == 4  # 1 (worker 0) + 3 (worker 1)
+    assert rows["whole vllm:extra-call"]["file"] == stores[0].files["whole vllm:extra-call"]
+    assert rows["whole vllm:extra-call"]["new"] and rows["whole sglang:extra-call"]["count"] == 1
+    assert json.loads(table_path(tmp_path, "differential").read_text()) == merged
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [*(p.name for p in cases), "signatures-differential.json"]
+    )  # the workers' tables and claims are gone
+    assert "4 executions by 2 workers" in format_table(merged)
+    # a single run (no worker) neither claims nor writes a worker table
+    single = FindingStore(tmp_path / "one", "differential")
+    single.record(Request(), "Hi.", _observation())
+    names = [p.name for p in (tmp_path / "one").iterdir() if "_fuzz_" not in p.name]
+    assert names == ["signatures-differential.json"]
+
+
+def _fuzz_cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "k2conform.cli", "fuzz", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_fuzz_cli_with_two_workers_adds_up_their_executions(tmp_path):
+    done = _fuzz_cli("reference", str(tmp_path), "--runs", "301", "--workers", "2")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "2 workers, 301 executions" in done.stdout
+    assert "worker 0: 151 executions" in done.stdout and "worker 1: 150 executions" in done.stdout
+    started = [line for line in done.stderr.splitlines() if line.startswith("$ ")]
+    assert [line.split("--worker ")[1].split()[0] for line in started] == ["0", "1"]
+    pids = re.findall(r"worker \d: pid (\d+)", done.stderr)
+    assert len(set(pids)) == 2  # two processes
+    single = _fuzz_cli("reference", str(tmp_path), "--runs", "200")
+    assert single.returncode == 0 and "200 executions" in single.stdout
+    assert "--worker" not in single.stderr and "workers" not in single.stdout
+    assert _fuzz_cli("reference", "--runs", "1", "--workers", "2").returncode == 2
+
+
+CRASHING_WORKER = """
+import sys, time
+if sys.argv[sys.argv.index("--worker") + 1] == "0":
+    time.sleep(1)
+    print("artifact_prefix='./'; Test unit written to ./crash-0123abcd", file=sys.stderr)
+    sys.exit(1)
+time.sleep(120)
+"""
+
+
+def test_a_crashing_worker_stops_the_run_and_fails_it(tmp_path, capsys):
+    import time
+
+    from k2conform.fuzzing.cli import run_fuzz
+
+    started = time.monotonic()
+    command = [sys.executable, "-c", CRASHING_WORKER, "differential", "--findings", str(tmp_path)]
+    assert run_fuzz("differential", command, None, 2, tmp_path) == 1
+    assert time.monotonic() - started < 60  # the other worker was stopped, not waited for
+    out = capsys.readouterr().out
+    assert "crash: ./crash-0123abcd (worker 0)" in out
+    assert "worker 1: ? executions, ? exec/s, exit -15 (stopped)" in out
+
+
+def test_fuzz_cli_stops_its_workers_when_interrupted(tmp_path):
+    import os
+    import signal
+    import time
+
+    process = subprocess.Popen(
+        [sys.executable, "-m", "k2conform.cli", "fuzz", "reference", str(tmp_path)]
+        + ["--seconds", "300", "--workers", "2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stderr is not None
+    pids, running = [], set()
+    deadline = time.monotonic() + 120
+    for line in process.stderr:
+        pids += [int(p) for p in re.findall(r"worker \d: pid (\d+)", line)]
+        running |= set(re.findall(r"^\[(w\d)\] #\d+", line))
+        if len(running) == 2 or time.monotonic() > deadline:
+            break
+    assert len(pids) == 2 and len(running) == 2, (pids, running)
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 130, err[-2000:]
+    assert "2 workers" in out and out.count("(stopped)") == 2
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+@NEEDS_PARSERS
+def test_differential_workers_share_one_findings_table(tmp_path):
+    seeds = tmp_path / "seeds"
+    seeds.mkdir()
+    for k, text in enumerate(
+        (ONE_CALL, TWO_CALLS, f"{SB}{TB}functions.get.weather:0{AB}{{}}{TE}{SE}")
+    ):
+        (seeds / f"seed{k}").write_bytes(FuzzInput(text, DECLARE_TOOLS).encode())
+    (tmp_path / "work").mkdir()
+    findings = tmp_path / "findings"
+    done = _fuzz_cli(
+        "differential", str(tmp_path / "work"), str(seeds), "--runs", "40", "--workers", "2",
+        "--delivery", "whole", "--delivery", "stream-recorded", "--findings", str(findings),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
+    total = re.search(r"2 workers, (\d+) executions", done.stdout)
+    assert total and int(total.group(1)) >= 40, done.stdout
+    table = json.loads((findings / "signatures-differential.json").read_text())
+    assert table["workers"] == 2 and table["executions"] > 0
+    from k2conform.case.corpus import load_case
+
+    saved = [load_case(p).generator for p in findings.glob("*_fuzz_*.json")]
+    keys = [f"{g['delivery']} {g['signature']}" for g in saved]
+    assert sorted(keys) == sorted(row["key"] for row in table["signatures"])  # each once
+    assert all(row["file"] for row in table["signatures"])
+    assert not list(findings.glob("signatures-differential.worker-*"))
+    assert not (findings / ".claims-differential").exists()

@@ -8,6 +8,11 @@ exec per wall second) and libFuzzer's final ``cov``/``ft``.  The differential ta
 with the parsers under test instrumented (how it fuzzes) and with only the reference
 (``--instrument reference``), which prices the parsers' instrumentation and shows what it adds
 to libFuzzer's coverage.
+
+With ``--fuzz-workers N`` (repeatable) the differential target then runs alone once per
+worker count, one count after the other, as ``k2conform fuzz --workers N`` runs it
+(:mod:`k2conform.fuzzing.workers`: N processes sharing one corpus): the row adds up the
+workers' executions and exec/s, and its CPU seconds are all of theirs.
 """
 
 from __future__ import annotations
@@ -163,4 +168,83 @@ def fuzz_lines(fuzz: dict[str, Any]) -> list[str]:
             f"  {row['run']:<36} {row['exec_per_s']} exec/s ({row['executions']} runs in "
             f"{row['seconds']} s; {row['exec_per_cpu_s']} per CPU second){coverage}"
         )
+    return lines
+
+
+def worker_speeds(
+    seconds: int, counts: Sequence[int], target: str = "differential"
+) -> dict[str, Any]:
+    """The target alone from the seed corpus with each number of workers in turn; one row
+    each (:func:`workers_row`) with the load average around it."""
+    from k2conform.fuzzing.seeds import build_seed_corpus
+    from k2conform.fuzzing.workers import run_workers
+
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="k2conform-bench-workers-") as tmp:
+        seeds = Path(tmp) / "seeds"
+        build_seed_corpus(seeds)
+        for n in counts:
+            work = Path(tmp) / f"workers-{n}"
+            work.mkdir()
+            command = fuzz_command(target, (), seconds, work, seeds)
+            commands = [
+                [*command[:2], *(["--worker", str(k)] if n > 1 else []), *command[2:]]
+                for k in range(n)
+            ]
+            load_before = list(os.getloadavg())
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            workers = run_workers(
+                commands, echo=None, cwd=work, timeout=seconds + STARTUP_ALLOWANCE
+            )
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+            row = workers_row(target, seconds, workers, cpu)
+            row["loadavg"] = {"before": load_before, "after": list(os.getloadavg())}
+            rows.append(row)
+    return {
+        "targets": rows,
+        "concurrent": False,
+        "note": f"one after the other on {os.cpu_count()} cores",
+    }
+
+
+def workers_row(target: str, seconds: int, workers: Sequence[Any], cpu_seconds: float) -> dict:
+    """One worker count's figures: executions and libFuzzer's exec/s added up over the
+    workers, executions per CPU second of fuzzing (every worker's imports left out), the
+    highest final ``cov``/``ft``; ``error`` when a worker never got going."""
+    label = f"{target} --workers {len(workers)}"
+    broken = [w for w in workers if "number_of_executed_units" not in w.stats]
+    if broken:
+        return {
+            "target": target,
+            "run": label,
+            "workers": len(workers),
+            "error": f"worker {broken[0].index} exit {broken[0].returncode}",
+        }
+    executions = sum(w.stats["number_of_executed_units"] for w in workers)
+    fuzzing = cpu_seconds - sum(w.ready_cpu or 0.0 for w in workers)
+    row: dict[str, Any] = {
+        "target": target,
+        "run": label,
+        "workers": len(workers),
+        "seconds": seconds,
+        "executions": executions,
+        "exec_per_s": sum(w.stats.get("average_exec_per_sec", 0) for w in workers),
+        "cpu_seconds": round(fuzzing, 2),
+        "exec_per_cpu_s": round(executions / fuzzing) if fuzzing > 0 else None,
+    }
+    coverage = [w.coverage for w in workers if w.coverage]
+    if coverage:
+        row["cov"], row["ft"] = max(c[0] for c in coverage), max(c[1] for c in coverage)
+    return row
+
+
+def worker_lines(fuzz: dict[str, Any]) -> list[str]:
+    """The bench table's lines for the worker counts."""
+    lines = [f"fuzz workers: {fuzz['note']}"]
+    for row in fuzz["targets"]:
+        load = row.get("loadavg")
+        around = f"; load average {load['before'][0]:.1f} -> {load['after'][0]:.1f}" if load else ""
+        row_lines = fuzz_lines({"note": "", "targets": [row]})[1:]
+        lines += [line + around for line in row_lines]
     return lines

@@ -45,7 +45,7 @@ from k2conform import __version__
 from k2conform.delivery import modes as dl
 from k2conform import markers as mk
 from k2conform.model import Delta, Request
-from k2conform.bench.fuzz_speed import fuzz_lines, fuzz_speeds
+from k2conform.bench.fuzz_speed import fuzz_lines, fuzz_speeds, worker_lines, worker_speeds
 
 #: A streaming exponent above this is reported as ``superlinear``.
 SUPERLINEAR_EXPONENT = 1.3
@@ -594,6 +594,8 @@ def table(doc: dict[str, Any]) -> str:
         )
     if doc.get("fuzz") is not None:
         lines += fuzz_lines(doc["fuzz"])
+    if doc.get("fuzz_workers") is not None:
+        lines += worker_lines(doc["fuzz_workers"])
     for name, error in doc.get("errors", {}).items():
         lines.append(f"ERROR {name}: {error}")
     lines.append(f"bench wall time {doc['wall_seconds']:.1f} s")
@@ -737,6 +739,7 @@ def run_bench(
     memory_kb: int | None = None,
     harness: bool = True,
     fuzz_seconds: int = 0,
+    fuzz_workers: Sequence[int] = (),
     run_results: Path | None = None,
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
@@ -828,6 +831,9 @@ def run_bench(
     if fuzz_seconds:
         log(f"fuzz: every target for {fuzz_seconds} s, side by side")
         doc["fuzz"] = fuzz_speeds(fuzz_seconds)
+        if fuzz_workers:
+            log(f"fuzz: differential alone for {fuzz_seconds} s with {fuzz_workers} workers")
+            doc["fuzz_workers"] = worker_speeds(fuzz_seconds, fuzz_workers)
     doc["wall_seconds"] = time.monotonic() - started
     return doc
 
@@ -864,6 +870,14 @@ def add_parser(subparsers: Any) -> None:
         help="bounded run per fuzz target (default 3; quick 0)",
     )
     p.add_argument(
+        "--fuzz-workers",
+        type=int,
+        action="append",
+        default=[],
+        metavar="N",
+        help="then the differential target alone with N workers (repeatable: 1 vs 2)",
+    )
+    p.add_argument(
         "--run-results",
         type=Path,
         help="a k2conform run --json file: report its wall time and cell time",
@@ -884,6 +898,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         max_seconds=args.max_seconds,
         harness=not args.no_harness,
         fuzz_seconds=fuzz_seconds,
+        fuzz_workers=args.fuzz_workers,
         run_results=args.run_results,
         log=lambda line: print(line, file=sys.stderr, flush=True),
     )

@@ -6,22 +6,22 @@
     k2conform fuzz roundtrip --runs 2000
     k2conform fuzz seed-corpus [OUT]
     k2conform fuzz reference DIR... --runs 1000   (corpus directories right after the target name)
+    k2conform fuzz differential --seconds 600 --workers 2   (two fuzzing processes, one corpus)
 
 The target runs in a subprocess (libFuzzer owns its process and ends it with exit());
 without corpus directories it uses ``fuzz/work/NAME`` (new inputs) and the seed corpus
-``fuzz/seeds`` built from ``corpus/`` on demand.  Exit status: 0 when the target ran to its
-limit without a crash (disagreement signatures are findings, listed, not failures), 1 when
-the target crashed (a k2conform bug: libFuzzer saved the input as ``crash-*``), 2 on usage
-errors.
+``fuzz/seeds`` built from ``corpus/`` on demand.  With ``--workers N`` N such processes share
+the first corpus directory (:mod:`k2conform.fuzzing.workers`); their findings tables are merged
+into one and the executions added up.  Exit status: 0 when the target ran to its limit
+without a crash (disagreement signatures are findings, listed, not failures), 1 when the
+target (any worker) crashed (a k2conform bug: libFuzzer saved the input as ``crash-*``), 2 on
+usage errors, 130 when interrupted (the workers are stopped first).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import re
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -34,8 +34,6 @@ from k2conform.fuzzing.targets import (
     default_fuzz_dir,
     libfuzzer_timeout,
 )
-
-_STAT = re.compile(r"^stat::(\w+):\s*(\d+)")
 
 
 def add_parser(subparsers: Any) -> None:
@@ -53,7 +51,16 @@ def add_parser(subparsers: Any) -> None:
         "output directory",
     )
     p.add_argument("--seconds", type=int, help="stop after this many seconds (-max_total_time)")
-    p.add_argument("--runs", type=int, help="stop after this many executions (-runs)")
+    p.add_argument(
+        "--runs", type=int, help="stop after this many executions (-runs; all workers together)"
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="fuzzing processes sharing the corpus (default 1); their findings are merged",
+    )
     p.add_argument(
         "--adapter", action="append", help="adapter under test (repeatable; default: all available)"
     )
@@ -90,7 +97,7 @@ def add_parser(subparsers: Any) -> None:
         action="append",
         default=[],
         metavar="FLAG",
-        help="extra libFuzzer flag, e.g. --libfuzzer=-jobs=2 (repeatable)",
+        help="extra libFuzzer flag, e.g. --libfuzzer=-max_len=512 (repeatable)",
     )
     p.set_defaults(handler=cmd_fuzz)
 
@@ -138,6 +145,8 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         )
     if args.seconds is None and args.runs is None:
         raise UsageError("give --seconds N or --runs N (fuzzing never ends by itself)")
+    if args.workers < 1 or (args.runs is not None and args.runs < args.workers):
+        raise UsageError("--workers N: at least 1, and no more than --runs")
     dirs = list(args.corpus_dirs)
     if not dirs:
         work = fuzz_dir / "work" / args.target
@@ -172,8 +181,6 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         command.append(f"-dict={dictionary}")
     if args.seconds is not None:
         command.append(f"-max_total_time={args.seconds}")
-    if args.runs is not None:
-        command.append(f"-runs={args.runs}")
     command += [
         "-print_final_stats=1",
         f"-max_len={MAX_LEN[args.target]}",
@@ -182,34 +189,73 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         *args.libfuzzer,
         *map(str, dirs),
     ]
-    print("$ " + " ".join(command), file=sys.stderr, flush=True)
-    stats: dict[str, int] = {}
-    process = subprocess.Popen(
-        command,
-        stderr=subprocess.PIPE,
-        text=True,
-        errors="replace",
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    return run_fuzz(args.target, command, args.runs, args.workers, findings)
+
+
+def run_fuzz(
+    target: str, command: list[str], runs: int | None, workers: int, findings: Path
+) -> int:
+    """The target in ``workers`` processes (one: as it always ran), then the summary."""
+    from k2conform.fuzzing.workers import (
+        Interrupted,
+        clear_worker_files,
+        merge_worker_tables,
+        run_workers,
+        split_runs,
     )
-    assert process.stderr is not None
-    for line in process.stderr:
-        sys.stderr.write(line)
-        match = _STAT.match(line)
-        if match:
-            stats[match.group(1)] = int(match.group(2))
-    status = process.wait()
-    print(summary(args.target, stats, findings))
-    return 0 if status == 0 else 1
+
+    commands = []
+    for k, share in enumerate(split_runs(runs, workers)):
+        own = [] if workers == 1 else ["--worker", str(k)]
+        limit = [] if share is None else [f"-runs={share}"]
+        commands.append([*command[:4], *own, *command[4:], *limit])
+    if workers > 1:
+        clear_worker_files(findings, target, workers)
+    for worker_command in commands:
+        print("$ " + " ".join(worker_command), file=sys.stderr, flush=True)
+    interrupted = None
+    try:
+        ran = run_workers(commands)
+    except Interrupted as stop:
+        interrupted, ran = stop, stop.workers
+    if workers > 1:
+        merge_worker_tables(findings, target, workers)
+    print(summary(target, ran, findings))
+    if interrupted is not None:
+        print(f"interrupted ({interrupted}): every worker stopped", file=sys.stderr)
+        return 130
+    return 1 if any(w.failed for w in ran) else 0
 
 
-def summary(target: str, stats: dict[str, int], findings: Path) -> str:
+def summary(target: str, workers: Sequence[Any], findings: Path) -> str:
+    """Executions, exec/s (the workers' rates added up), peak RSS (the largest worker's),
+    libFuzzer's last ``cov``/``ft`` (the highest), crash inputs, and the findings table."""
     from k2conform.fuzzing.engine import format_table
 
-    lines = [
-        f"\n== k2conform fuzz {target}: {stats.get('number_of_executed_units', '?')} executions, "
-        f"{stats.get('average_exec_per_sec', '?')} exec/s, peak RSS "
-        f"{stats.get('peak_rss_mb', '?')} MB"
-    ]
+    def total(stat: str) -> int | str:
+        values = [w.stats[stat] for w in workers if stat in w.stats]
+        return sum(values) if values else "?"
+
+    rss = [w.stats["peak_rss_mb"] for w in workers if "peak_rss_mb" in w.stats]
+    coverage = [w.coverage for w in workers if w.coverage]
+    head = f"\n== k2conform fuzz {target}: "
+    if len(workers) > 1:
+        head += f"{len(workers)} workers, "
+    head += f"{total('number_of_executed_units')} executions, "
+    head += f"{total('average_exec_per_sec')} exec/s, peak RSS {max(rss) if rss else '?'} MB"
+    if coverage:
+        head += f", cov {max(c[0] for c in coverage)} ft {max(c[1] for c in coverage)}"
+    lines = [head]
+    if len(workers) > 1:
+        for w in workers:
+            lines.append(
+                f"   worker {w.index}: {w.stats.get('number_of_executed_units', '?')} executions,"
+                f" {w.stats.get('average_exec_per_sec', '?')} exec/s, exit {w.returncode}"
+                + (" (stopped)" if w.stopped else "")
+            )
+    for w in workers:
+        for path in w.artifacts:
+            lines.append(f"crash: {path}" + (f" (worker {w.index})" if len(workers) > 1 else ""))
     table = findings / f"signatures-{target}.json"
     if target != "reference" and table.is_file():
         lines.append(format_table(json.loads(table.read_text(encoding="utf-8"))))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +23,7 @@ from k2conform.delivery import modes as dl
 from k2conform.case.corpus import CompletionCase, Expectation, load_case
 from k2conform.case.verdict import verdict as case_verdict
 from k2conform.fuzzing.signature import KINDS, classify, components, signature, slug
+from k2conform.fuzzing.workers import claims_dir, table_path
 from k2conform.model import Delta, Request, Result
 
 #: Delivery modes the fuzzers accept: the in-process ones; ``stream-recorded`` replays the
@@ -299,11 +301,16 @@ class FindingStore:
 
     Signatures already saved in ``directory`` (by an earlier run) count as known.  The
     table is written to ``directory/signatures-<target>.json`` as it changes, since
-    libFuzzer ends the process without running Python's exit handlers.
+    libFuzzer ends the process without running Python's exit handlers.  As worker ``K`` of
+    ``k2conform fuzz --workers N`` (:mod:`k2conform.fuzzing.workers`) the table is
+    ``signatures-<target>.worker-K.json``, and a new signature is claimed first (a file
+    created only if absent, in the run's claims directory): the worker that loses the claim
+    only counts it, so the workers save each signature once between them.
     """
 
     directory: Path
     target: str
+    worker: int | None = None
     counts: dict[str, int] = field(default_factory=dict)
     files: dict[str, str] = field(default_factory=dict)
     new: list[str] = field(default_factory=list)
@@ -342,14 +349,37 @@ class FindingStore:
         for component in components(observation.signature):
             key = self.key(observation.mode, component)
             self.counts[key] = self.counts.get(key, 0) + 1
-            if self.files.get(key) is None:
+            if self.files.get(key) is None and not self._claim(key):
                 case = finding_case(request, text, observation, self.target, focus=component)
                 self.files[key] = str(write_case_file(case, self.directory))
                 self.new.append(key)
                 fresh.append(key)
+                self._claimed(key)
                 print(f"\n[k2conform fuzz] NEW signature {key} -> {self.files[key]}", flush=True)
         self.save(force=bool(fresh))
         return fresh
+
+    def _claim_file(self, key: str) -> Path:
+        name = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:24]
+        return claims_dir(self.directory, self.target) / name
+
+    def _claim(self, key: str) -> bool:
+        """False when this store may save ``key``'s case file; True (and the key known, with
+        the other worker's file once it has written it) when another worker claimed it."""
+        if self.worker is None:
+            return False
+        path = self._claim_file(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            self.files[key] = path.read_text(encoding="utf-8") or ""
+            return True
+        return False
+
+    def _claimed(self, key: str) -> None:
+        if self.worker is not None:
+            self._claim_file(key).write_text(self.files[key] or "", encoding="utf-8")
 
     def tick(self) -> None:
         self.executions += 1
@@ -364,6 +394,7 @@ class FindingStore:
         self.directory.mkdir(parents=True, exist_ok=True)
         data = {
             "target": self.target,
+            **({} if self.worker is None else {"worker": self.worker}),
             "executions": self.executions,
             "seconds": round(now - self.started, 1),
             "signatures": [
@@ -371,7 +402,7 @@ class FindingStore:
                 for k, c in sorted(self.counts.items(), key=lambda kv: (-kv[1], kv[0]))
             ],
         }
-        path = self.directory / f"signatures-{self.target}.json"
+        path = table_path(self.directory, self.target, self.worker)
         path.write_text(
             json.dumps(data, ensure_ascii=False, indent=1) + "\n",
             encoding="utf-8",
@@ -383,7 +414,9 @@ def format_table(data: Mapping[str, Any]) -> str:
     """The signature table of a ``signatures-<target>.json``."""
     rows = data.get("signatures") or []
     lines = [
-        f"{data.get('target')}: {data.get('executions')} executions in {data.get('seconds')} s, "
+        f"{data.get('target')}: {data.get('executions')} executions"
+        f"{' by ' + str(data['workers']) + ' workers' if data.get('workers') else ''} in "
+        f"{data.get('seconds')} s, "
         f"{len(rows)} distinct signatures ({sum(1 for r in rows if r['new'])} new this run)"
     ]
     if rows:

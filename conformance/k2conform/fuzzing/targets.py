@@ -5,7 +5,8 @@ Run one as ``python fuzz/fuzz_NAME.py [options] [libFuzzer flags] [corpus dirs]`
 Options (before the libFuzzer flags): ``--adapter A`` (repeatable; default every available
 adapter but the reference), ``--delivery M`` (repeatable; default ``whole`` and
 ``stream-token``), ``--findings DIR`` (default ``fuzz/findings``), ``--deadline S``
-(seconds per parse before it is a timeout finding), ``--instrument parsers|reference``.
+(seconds per parse before it is a timeout finding), ``--instrument parsers|reference``,
+``--worker K`` (worker K of ``k2conform fuzz --workers N``: its own findings table).
 The environment variables ``K2FUZZ_ADAPTERS``, ``K2FUZZ_DELIVERY`` (comma-separated),
 ``K2FUZZ_FINDINGS`` and ``K2FUZZ_INSTRUMENT`` stand in for them where a fuzzing service
 runs the target with libFuzzer flags only (docs/fuzzing.md).
@@ -67,6 +68,7 @@ def own_options(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--findings", type=Path)
     parser.add_argument("--deadline", type=float, default=10.0)
     parser.add_argument("--instrument", choices=INSTRUMENT_CHOICES)
+    parser.add_argument("--worker", type=int)
     options, rest = parser.parse_known_args(list(argv[1:]))
     env = os.environ
     options.instrument = options.instrument or env.get("K2FUZZ_INSTRUMENT") or INSTRUMENT_CHOICES[0]
@@ -357,7 +359,7 @@ def main(name: str, argv: Sequence[str] | None = None) -> None:
         if unknown:
             raise SystemExit(f"unknown delivery mode(s) {unknown} (known: {', '.join(FUZZ_MODES)})")
         engine = _load_engine(atheris, options)
-        store = FindingStore(options.findings, name)
+        store = FindingStore(options.findings, name, worker=options.worker)
         print(
             f"[k2conform fuzz] {name}: adapters {', '.join(engine.names) or '(none)'}; deliveries "
             f"{', '.join(modes)}; findings in {options.findings}",
