@@ -184,6 +184,29 @@ def test_vllm_missing_api_is_a_glue_error(tokenizer, monkeypatch):
     assert info.value.api == "ChatStreamProcessor.step"
 
 
+def test_vllm_parsers_get_the_tokenizer_wrapped_as_the_server_wraps_it(vllm_adapter, tokenizer):
+    """vLLM's server hands its parsers ``get_cached_tokenizer(tokenizer)``; so does the adapter,
+    with the release's own wrapper around the stand-in (same answers, computed once)."""
+    from vllm.tokenizers.hf import get_cached_tokenizer
+
+    wrapped = vllm_adapter._tokenizer
+    assert type(wrapped).__name__ == "CachedKimiTokenizer" and isinstance(wrapped, type(tokenizer))
+    assert type(wrapped).__reduce__(wrapped) == (get_cached_tokenizer, (tokenizer,))
+    assert wrapped.get_vocab() is wrapped.get_vocab() == tokenizer.get_vocab()
+    assert wrapped.all_special_tokens == tokenizer.all_special_tokens
+    assert wrapped.all_special_ids == tokenizer.all_special_ids and len(wrapped) == len(tokenizer)
+
+
+def test_vllm_without_get_cached_tokenizer_is_a_glue_error(tokenizer, monkeypatch):
+    pytest.importorskip("vllm")
+    from k2conform_adapters import vllm_parser
+
+    monkeypatch.setattr(vllm_parser, "CACHED_TOKENIZER_MODULES", ("vllm.no_such_module", "json"))
+    with pytest.raises(AdapterGlueError) as info:
+        vllm_parser.VllmAdapter(tokenizer).load()
+    assert info.value.api == "get_cached_tokenizer"
+
+
 # --------------------------------------------------------------------------------------
 # SGLang
 

@@ -146,6 +146,15 @@ def _is_utf8(data: bytes) -> bool:
     return True
 
 
+def test_len_and_the_extended_special_tokens_are_transformers(tok: tk.KimiTokenizer) -> None:
+    """``len()`` is the vocabulary with the added tokens (transformers: ``len(get_vocab())``),
+    not ``vocab_size`` (the highest id + 1); both are what vLLM's ``get_cached_tokenizer``
+    reads."""
+    assert len(tok) == len(tok.get_vocab()) == tok.num_ordinary_tokens + len(tok.special_tokens)
+    assert len(tok) < tok.vocab_size
+    assert tok.all_special_tokens_extended == tok.all_special_tokens
+
+
 def test_long_runs_are_split_like_tokenization_kimi(tok: tk.KimiTokenizer) -> None:
     assert list(tk._split_long_runs("ab  cd", limit=1)) == ["a", "b ", " c", "d"]
     # A run is cut every `limit` characters from its own start, whitespace runs too

@@ -223,8 +223,7 @@ class VllmLegacyAdapter(Adapter):
             chat_cls = serving_chat.OpenAIServingChat
             require_api(chat_cls, "_create_remaining_args_delta", owner_name="OpenAIServingChat")
             self._remaining_args_delta = chat_cls._create_remaining_args_delta
-        if self._tokenizer is None:
-            self._tokenizer = load_kimi_tokenizer()
+        self._tokenizer = load_kimi_tokenizer(self._tokenizer)
         self._protocol = protocol
         self._request_cls = requests.ChatCompletionRequest
         fields = protocol.DeltaMessage.model_fields

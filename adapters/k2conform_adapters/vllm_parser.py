@@ -6,6 +6,9 @@ What the server does (``vllm/entrypoints/openai/chat_completion/serving.py``):
   reasoning_parser_name=..., enable_auto_tools=True, tokenizer=...)`` composes a
   ``DelegatingParser`` subclass around the tool-parser registry's ``KimiK2ToolParser``
   (and, with ``--reasoning-parser kimi_k2``, the ``kimi_k2`` reasoning parser);
+* the tokenizer every parser gets is the one the server loaded, wrapped in
+  ``get_cached_tokenizer`` (``all_special_ids``, ``all_special_tokens``, ``get_vocab()`` and
+  ``len()`` computed once): the adapter wraps the project's stand-in with the release's own;
 * per request, the renderer builds one parser instance only to call ``adjust_request``
   (``renderers/online_renderer.py``), and the serving layer builds a fresh one per
   choice with ``chat_template_kwargs`` and the model config;
@@ -132,11 +135,43 @@ SEPARATE_PARSERS = ("0.20.0", "0.21.0")
 PROMPT_IDS_RELEASES = ("0.32.0", "0.33.0")
 
 
-def load_kimi_tokenizer() -> Any:
-    """The project's Kimi tokenizer (markers at their real ids), as vLLM's parser needs."""
-    from k2conform.delivery.tokenizer import load_tokenizer
+#: Where a release keeps ``get_cached_tokenizer``, the wrapper vLLM's server puts around every
+#: HF tokenizer it loads (0.33.0: ``CachedHfTokenizer.from_pretrained`` returns
+#: ``vllm.tokenizers.hf.get_cached_tokenizer(tokenizer)``); older releases have it in
+#: ``vllm.transformers_utils.tokenizer``.
+CACHED_TOKENIZER_MODULES = ("vllm.tokenizers.hf", "vllm.transformers_utils.tokenizer")
 
-    return load_tokenizer()
+
+def get_cached_tokenizer() -> Callable[[Any], Any]:
+    """The installed release's ``get_cached_tokenizer``, or a glue error if neither module of
+    :data:`CACHED_TOKENIZER_MODULES` has it."""
+    for name in CACHED_TOKENIZER_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        function = getattr(module, "get_cached_tokenizer", None)
+        if callable(function):
+            return function
+    raise AdapterGlueError(
+        "get_cached_tokenizer", f"in none of {', '.join(CACHED_TOKENIZER_MODULES)}"
+    )
+
+
+def load_kimi_tokenizer(tokenizer: Any | None = None) -> Any:
+    """The tokenizer as vLLM's server holds it: ``tokenizer`` (default the project's Kimi
+    tokenizer, markers at their real ids) wrapped in the release's own
+    ``get_cached_tokenizer`` (:func:`get_cached_tokenizer`), which caches
+    ``all_special_ids``, ``all_special_tokens``, ``get_vocab()`` and ``len()``."""
+    if tokenizer is None:
+        from k2conform.delivery.tokenizer import load_tokenizer
+
+        tokenizer = load_tokenizer()
+    wrap = get_cached_tokenizer()
+    try:
+        return wrap(tokenizer)
+    except Exception as exc:  # noqa: BLE001 - the tokenizer lacks what this release's wrapper reads
+        raise AdapterGlueError("get_cached_tokenizer", f"{type(exc).__name__}: {exc}") from exc
 
 
 class VllmAdapter(Reproducible, Adapter):
@@ -200,8 +235,7 @@ class VllmAdapter(Reproducible, Adapter):
             hf_overrides={},
         )
         self._load_serving_steps()
-        if self._tokenizer is None:
-            self._tokenizer = load_kimi_tokenizer()
+        self._tokenizer = load_kimi_tokenizer(self._tokenizer)
         self._compose(parser_manager.ParserManager, ToolParserManager)
         self._request_cls = protocol.ChatCompletionRequest
 

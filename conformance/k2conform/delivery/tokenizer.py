@@ -169,6 +169,13 @@ class KimiTokenizer:
         return [t for t in self._added if t in self._special]
 
     @property
+    def all_special_tokens_extended(self) -> list[str]:
+        """:attr:`all_special_tokens` (transformers' list may hold ``AddedToken`` objects; these
+        are the same tokens, as strings): what older vLLM releases' ``get_cached_tokenizer``
+        reads."""
+        return self.all_special_tokens
+
+    @property
     def all_special_ids(self) -> list[int]:
         return [self._added[t] for t in self.all_special_tokens]
 
@@ -261,6 +268,14 @@ class KimiTokenizer:
                 vocab[_spell(text.encode("utf-8"))] = token_id
             self._vocab = vocab
         return dict(self._vocab)
+
+    def __len__(self) -> int:
+        """The size of the vocabulary with the added tokens, as transformers' ``len(tokenizer)``
+        (``len(get_vocab())``): vLLM's ``get_cached_tokenizer`` reads it."""
+        if self._vocab is None:
+            self.get_vocab()
+        assert self._vocab is not None
+        return len(self._vocab)
 
     @overload
     def convert_ids_to_tokens(self, ids: int) -> str: ...
