@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import copy
 import json
 
 import pytest
@@ -153,6 +154,17 @@ def test_len_and_the_extended_special_tokens_are_transformers(tok: tk.KimiTokeni
     assert len(tok) == len(tok.get_vocab()) == tok.num_ordinary_tokens + len(tok.special_tokens)
     assert len(tok) < tok.vocab_size
     assert tok.all_special_tokens_extended == tok.all_special_tokens
+    # a copy made before the vocabulary was built (as vLLM's get_cached_tokenizer makes one,
+    # overriding get_vocab) still spells and counts it
+    fresh = tk.KimiTokenizer(tok._ranks, tok.special_tokens, special=tok.all_special_tokens)
+
+    class Wrapped(tk.KimiTokenizer):
+        def get_vocab(self) -> dict[str, int]:
+            return {}
+
+    twin = copy.copy(fresh)
+    twin.__class__ = Wrapped
+    assert twin.convert_tokens_to_ids("<|im_end|>") == 163586 and len(twin) == len(tok)
 
 
 def test_long_runs_are_split_like_tokenization_kimi(tok: tk.KimiTokenizer) -> None:

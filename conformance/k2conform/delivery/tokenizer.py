@@ -260,6 +260,11 @@ class KimiTokenizer:
         are ASCII without spaces, so ``get_vocab()["<|tool_calls_section_begin|>"]`` is
         163595 (vLLM's KimiK2ToolParser looks marker ids up this way).
         """
+        return dict(self._vocabulary())
+
+    def _vocabulary(self) -> dict[str, int]:
+        """:meth:`get_vocab`'s mapping, built once (not through ``get_vocab``, which a
+        wrapper such as vLLM's ``get_cached_tokenizer`` overrides on a copy of this object)."""
         if self._vocab is None:
             vocab: dict[str, int] = {}
             for token, rank in sorted(self._ranks.items(), key=lambda kv: kv[1]):
@@ -267,15 +272,12 @@ class KimiTokenizer:
             for text, token_id in self._added.items():
                 vocab[_spell(text.encode("utf-8"))] = token_id
             self._vocab = vocab
-        return dict(self._vocab)
+        return self._vocab
 
     def __len__(self) -> int:
         """The size of the vocabulary with the added tokens, as transformers' ``len(tokenizer)``
         (``len(get_vocab())``): vLLM's ``get_cached_tokenizer`` reads it."""
-        if self._vocab is None:
-            self.get_vocab()
-        assert self._vocab is not None
-        return len(self._vocab)
+        return len(self._vocabulary())
 
     @overload
     def convert_ids_to_tokens(self, ids: int) -> str: ...
@@ -296,12 +298,10 @@ class KimiTokenizer:
     def convert_tokens_to_ids(self, tokens: str | Sequence[str]) -> int | None | list[int | None]:
         """Ids of :meth:`get_vocab` spellings; ``None`` for an unknown token (K2 has no
         ``unk_token``)."""
-        if self._vocab is None:
-            self.get_vocab()
-        assert self._vocab is not None
+        vocab = self._vocabulary()
         if isinstance(tokens, str):
-            return self._vocab.get(tokens)
-        return [self._vocab.get(t) for t in tokens]
+            return vocab.get(tokens)
+        return [vocab.get(t) for t in tokens]
 
     def __repr__(self) -> str:
         return (
