@@ -8,6 +8,7 @@ import pytest
 
 from k2conform.adapter.contract import AdapterGlueError
 from k2conform.adapter.glue import (
+    CASE_MESSAGES,
     RandomIds,
     build_chat_request,
     definitions_from_source,
@@ -58,6 +59,37 @@ def test_build_chat_request_carries_the_case_and_the_servers_default_choice():
     assert with_tools["chat_template_kwargs"] == {"thinking": True}
     assert without["tools"] is None and without["tool_choice"] is None
     assert "chat_template_kwargs" not in without
+
+
+def test_build_chat_request_applies_only_the_options_the_adapter_takes():
+    """The case's conversation replaces the stand-in one, template arguments join thinking,
+    other options become the request's own fields; an option the adapter does not apply stays
+    out (such a case never reaches it: ``case_unfit``)."""
+    from sglang.srt.entrypoints.openai.protocol import ChatCompletionRequest
+
+    history = [
+        {"role": "user", "content": "Weather?"},
+        {"role": "assistant", "content": "<think>Let me"},
+    ]
+    options = {
+        "messages": history,
+        "continue_final_message": True,
+        "stream_reasoning": False,
+        "chat_template_kwargs": {"force_nonempty_content": True},
+        "max_tokens": 5,
+    }
+    request = Request(tools=(TOOL,), thinking=True, server_options=options)
+    taken = {"messages", "continue_final_message", "stream_reasoning", "chat_template_kwargs"}
+    built = build_chat_request(
+        ChatCompletionRequest, request, choice_without_tools="none", options=taken
+    )
+    assert [m.content for m in built.messages] == ["Weather?", "<think>Let me"]
+    assert built.continue_final_message is True and built.stream_reasoning is False
+    assert built.chat_template_kwargs == {"thinking": True, "force_nonempty_content": True}
+    assert built.max_tokens is None
+    plain = build_chat_request(ChatCompletionRequest, request, choice_without_tools="none")
+    assert [m.content for m in plain.messages] == [m["content"] for m in CASE_MESSAGES]
+    assert plain.stream_reasoning is True and plain.chat_template_kwargs == {"thinking": True}
 
 
 def test_build_chat_request_rejected_by_the_server_model_is_glue():

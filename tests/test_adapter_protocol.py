@@ -357,3 +357,18 @@ def test_the_hello_says_whether_the_adapter_takes_stream_holdback():
     assert peer.starts == 0
     peer._hello = {"stop_string_holdback": False}
     assert peer.stop_string_holdback is False
+
+
+def test_the_hello_says_which_request_options_the_adapter_applies():
+    """A server-level case reaches a cmd: peer's own modes only when its hello says the peer
+    applies every option; before the hello (planning) none is assumed."""
+    from k2conform.adapter.command import CommandAdapter
+    from k2conform.adapter.registry import create_adapter
+    from k2conform.adapter.serve import hello
+
+    assert "stream_reasoning" in hello(create_adapter("sglang"), "ok", "")["request_options"]
+    assert hello(create_adapter("vllm"), "ok", "")["request_options"] == []
+    peer = CommandAdapter("cmd:true")
+    assert peer.request_options == frozenset() and peer.starts == 0
+    peer._hello = {"request_options": ["stream_reasoning"]}
+    assert peer.request_options == frozenset({"stream_reasoning"})

@@ -56,6 +56,14 @@ def mutated(**changes):
         ),
         (mutated(request__tool_choice="sometimes"), "request.tool_choice"),
         (
+            mutated(request__server_options={"chat_template_kwargs": {"thinking": True}}),
+            "request.server_options.chat_template_kwargs",
+        ),
+        (
+            mutated(request__server_options={"stream_reasoning": "no"}),
+            "request.server_options.stream_reasoning",
+        ),
+        (
             mutated(expected__tool_calls=[{"id": None, "name": "f"}]),
             "expected.tool_calls[0].arguments",
         ),

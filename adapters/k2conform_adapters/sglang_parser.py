@@ -69,6 +69,13 @@ from k2conform.model import Delta, Request, Result, StreamEvent, ToolCall, ToolC
 from k2conform_adapters.reproducible import Reproducible
 
 PARSER = "kimi_k2"
+#: What ``serving_chat`` reads from the request besides tools and thinking: the conversation
+#: (the history's call count in ids; with ``continue_final_message`` its last assistant
+#: message is the reasoning parser's ``previous_content``), ``stream_reasoning``, and the
+#: template arguments the reasoning parser reads (``force_nonempty_content``).
+SERVING_CHAT_OPTIONS = frozenset(
+    {"messages", "continue_final_message", "stream_reasoning", "chat_template_kwargs"}
+)
 
 
 @dataclass(frozen=True)
@@ -162,6 +169,7 @@ class SglangAdapter(Reproducible, Adapter):
         # ReasoningParser("kimi_k2") and its KimiK2Detector (BaseReasoningFormatDetector)
         "sglang/srt/parser/reasoning_parser.py",
     )
+    request_options = SERVING_CHAT_OPTIONS
 
     # --- glue ---------------------------------------------------------------------------
 
@@ -224,7 +232,24 @@ class SglangAdapter(Reproducible, Adapter):
         return rp
 
     def _chat_request(self, request: Request) -> Any:
-        return build_chat_request(self._request_cls, request, choice_without_tools="none")
+        fields = getattr(self._request_cls, "model_fields", {})
+        missing = sorted(k for k in request.server_options if k not in fields)
+        if missing:
+            raise AdapterUnavailable(
+                f"SGLang {self._version}'s ChatCompletionRequest has no {', '.join(missing)}"
+            )
+        return build_chat_request(
+            self._request_cls, request, choice_without_tools="none", options=self.request_options
+        )
+
+    @staticmethod
+    def _history_tool_calls(chat_request: Any) -> int:
+        """``_get_history_tool_calls_cnt``: the calls of the conversation's assistant turns."""
+        return sum(
+            len(list(getattr(m, "tool_calls", None) or ()))
+            for m in chat_request.messages
+            if m.role == "assistant"
+        )
 
     @staticmethod
     def _tool_parsing_active(chat_request: Any) -> bool:
@@ -285,9 +310,9 @@ class SglangAdapter(Reproducible, Adapter):
         return parser
 
     def _tool_call_id(
-        self, name: str, tool_index: int, ids: RandomIds, history_count: int = 0
+        self, name: str, tool_index: int, ids: RandomIds, history_count: int
     ) -> str | None:
-        """``_process_tool_call_id`` for kimi_k2 (history_count: calls in earlier turns; 0);
+        """``_process_tool_call_id`` for kimi_k2 (history_count: calls in earlier turns);
         0.5.1 mints ``call_{uuid4().hex[:24]}`` for every parser, reported by its shape."""
         if not self._glue.kimi_ids:
             return ids.mask(f"call_{uuid.uuid4().hex[:24]}")
@@ -340,11 +365,12 @@ class SglangAdapter(Reproducible, Adapter):
                 # The server catches an exception here and keeps the raw text; we report
                 # it as the parser's crash instead, which is the finding.
                 text, items = call_parser(parser.parse_non_stream, text)
+                history = self._history_tool_calls(chat_request)
                 calls = tuple(
                     ToolCall(
                         name=item.name,
                         arguments=item.parameters,
-                        id=self._tool_call_id(item.name, item.tool_index, ids),
+                        id=self._tool_call_id(item.name, item.tool_index, ids, history),
                     )
                     for item in items
                 )
@@ -367,6 +393,7 @@ class SglangAdapter(Reproducible, Adapter):
         )
         ids = _uuid_ids()
         tool_parser = self._tool_parser(chat_request) if tools_active else None
+        history = self._history_tool_calls(chat_request)
         steps = list(deltas) or [Delta("")]
         events: list[StreamEvent] = []
         for n, delta in enumerate(steps):
@@ -399,7 +426,7 @@ class SglangAdapter(Reproducible, Adapter):
                         tool_calls=(
                             ToolCallDelta(
                                 index=item.tool_index,
-                                id=self._tool_call_id(item.name, item.tool_index, ids)
+                                id=self._tool_call_id(item.name, item.tool_index, ids, history)
                                 if item.name
                                 else None,
                                 name=item.name or None,

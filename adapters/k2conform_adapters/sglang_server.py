@@ -50,8 +50,10 @@ from k2conform.adapter import (
     import_parser_package,
     require_api,
 )
-from k2conform.adapter.glue import CASE_MESSAGES
+from k2conform.adapter.glue import case_request_fields
 from k2conform.model import Delta, Request, Result, StreamEvent, ToolCall, ToolCallDelta
+
+from k2conform_adapters.sglang_parser import SERVING_CHAT_OPTIONS
 
 MODEL_DIR = Path(tempfile.gettempdir()) / "k2conform-sglang-server-model"
 SERVING_API = (
@@ -140,6 +142,7 @@ class SglangServerAdapter(Adapter):
     #: Opt-in (``--adapter sglang-server``): on the whole corpus it agrees with ``sglang`` cell for
     #: cell (docs/sglang-serving.md), so the default run keeps one SGLang column.
     run_by_default = False
+    request_options = SERVING_CHAT_OPTIONS
 
     def __init__(self) -> None:
         self._servers: dict[bool, tuple[Any, Any, Any]] = {}
@@ -226,8 +229,7 @@ class SglangServerAdapter(Adapter):
         body = {
             "model": manager.served_model_name,
             "stream": stream,
-            "messages": [dict(m) for m in CASE_MESSAGES],
-            "chat_template_kwargs": {"thinking": bool(request.thinking)},
+            **case_request_fields(request, self.request_options),
         }
         if request.tools:
             body.update(tools=[dict(t) for t in request.tools], tool_choice=request.tool_choice)

@@ -492,8 +492,14 @@ class VllmServerAdapter(Adapter):
         messages = options.pop("messages", None) or [dict(m) for m in DEFAULT_MESSAGES]
         extra: dict[str, Any] = {
             "vllm_xargs": {"k2conform_script": script, "k2conform_eos": IM_END_ID},
-            "chat_template_kwargs": {"thinking": request.thinking},
+            "chat_template_kwargs": {
+                "thinking": request.thinking,
+                **options.pop("chat_template_kwargs", {}),
+            },
         }
+        if options.get("continue_final_message"):
+            # vLLM refuses it beside the generation prompt (a client continuing turns it off)
+            extra["add_generation_prompt"] = False
         body: dict[str, Any] = {
             "model": MODEL_NAME,
             "messages": messages,

@@ -430,7 +430,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = RunConfig(root, tuple(names), args.jobs, CellSettings.from_args(args), run_dir)
     matrix = Matrix(config, progress=progress_printer())
     started = time.monotonic()
-    tasks = plan(cases, names, modes, per_adapter)
+    options = {n: getattr(a, "request_options", ()) for n, a in zip(names, adapters)}
+    tasks = plan(cases, names, modes, per_adapter, options)
     with _sigterm_interrupts():
         cells = matrix.run(tasks)
     extra: dict[str, Any] = {}

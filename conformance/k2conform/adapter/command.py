@@ -261,6 +261,12 @@ class CommandAdapter(Adapter):
         cells are planned and the worker, which has the hello, judges them."""
         return bool(self._hello.get("stop_string_holdback")) if self._hello else True
 
+    @property
+    def request_options(self) -> frozenset[str]:  # type: ignore[override]
+        """The remote adapter's, once its hello has come; before, none (a run plans no
+        server-level case for it)."""
+        return frozenset(self._hello.get("request_options") or ()) if self._hello else frozenset()
+
     def version(self) -> str | None:
         hello = self._ensure_hello()
         return hello.get("version") if hello else None

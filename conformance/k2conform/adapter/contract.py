@@ -110,6 +110,10 @@ class Adapter(ABC):
     #: Whether the server it models streams text held back while a stop string could match, the
     #: token ids at once (vLLM's detokenizer): only such an adapter takes ``stream-holdback``.
     stop_string_holdback: ClassVar[bool] = False
+    #: The ``request.server_options`` it applies itself, as its server does (SGLang's
+    #: ``stream_reasoning``, ...): a case whose options are all among them is judged in this
+    #: adapter's own modes too, not only in the server modes (``run.cell.case_unfit``).
+    request_options: ClassVar[frozenset[str]] = frozenset()
 
     def version(self) -> str | None:
         """The installed release of the parser's package, or None when it is not installed.

@@ -17,7 +17,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Collection, Iterable
 
 from k2conform.adapter.contract import AdapterGlueError, AdapterUnavailable
 from k2conform.model import Request, StreamEvent, ToolCall, ToolCallDelta
@@ -42,24 +42,40 @@ def load_once(load: Callable[[Any], None]) -> Callable[[Any], None]:
     return guarded
 
 
+def case_request_fields(
+    request: Request, options: Collection[str] = (), *, template_kwargs: bool = True
+) -> dict[str, Any]:
+    """The conversation and options of a case's request body: ``messages`` (the case's own,
+    else ``CASE_MESSAGES``), ``chat_template_kwargs={"thinking": ...}`` where the server reads
+    thinking from there, and the case's server options among ``options`` (the adapter's
+    ``request_options``) as the request's own fields (``chat_template_kwargs`` adds to
+    thinking)."""
+    applied = {k: v for k, v in request.server_options.items() if k in options}
+    fields: dict[str, Any] = {"messages": [dict(m) for m in applied.pop("messages", CASE_MESSAGES)]}
+    extra_kwargs = applied.pop("chat_template_kwargs", {})
+    if template_kwargs or extra_kwargs:
+        thinking = {"thinking": request.thinking} if template_kwargs else {}
+        fields["chat_template_kwargs"] = {**thinking, **extra_kwargs}
+    return {**fields, **applied}
+
+
 def build_chat_request(
     request_cls: Any,
     request: Request,
     *,
     choice_without_tools: str | None,
     template_kwargs: bool = True,
+    options: Collection[str] = (),
 ) -> Any:
     """The server's ``ChatCompletionRequest`` for a case: its tools, its tool_choice (or
     ``choice_without_tools`` when it declares none: each server has its own default), and
-    ``chat_template_kwargs={"thinking": ...}`` where the server reads thinking from there."""
+    :func:`case_request_fields`."""
     fields: dict[str, Any] = {
         "model": MODEL_NAME,
-        "messages": [dict(m) for m in CASE_MESSAGES],
         "tools": [dict(t) for t in request.tools] or None,
         "tool_choice": request.tool_choice if request.tools else choice_without_tools,
+        **case_request_fields(request, options, template_kwargs=template_kwargs),
     }
-    if template_kwargs:
-        fields["chat_template_kwargs"] = {"thinking": request.thinking}
     try:
         return request_cls(**fields)
     except Exception as exc:  # noqa: BLE001 - the request model rejected our glue

@@ -58,6 +58,7 @@ def hello(adapter: Adapter, status: str, reason: str) -> dict[str, Any]:
         "supported_versions": list(adapter.supported_versions),
         "cell_timeout": getattr(adapter, "cell_timeout", 0) or 0,
         "stop_string_holdback": bool(getattr(adapter, "stop_string_holdback", False)),
+        "request_options": sorted(getattr(adapter, "request_options", ())),
         "status": status,
         "reason": reason,
         "description": adapter.description,

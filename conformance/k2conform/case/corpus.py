@@ -459,6 +459,11 @@ SERVER_OPTIONS: dict[str, str] = {
         "a non-empty array of chat messages (objects with a role), the conversation before "
         "the reply"
     ),
+    "continue_final_message": "true or false (the reply continues the last assistant message)",
+    "stream_reasoning": "true or false (SGLang: stream the reasoning as it arrives)",
+    "chat_template_kwargs": (
+        "an object of chat template arguments besides thinking (request.thinking sets that)"
+    ),
 }
 
 
@@ -476,6 +481,8 @@ def _server_options(data: Any, check: FieldChecker) -> dict[str, Any]:
         elif key == "stop":
             ok = isinstance(value, list) and bool(value)
             ok = ok and all(isinstance(v, str) and v for v in value)
+        elif key == "chat_template_kwargs":
+            ok = isinstance(value, dict) and bool(value) and "thinking" not in value
         elif key == "messages":
             ok = (
                 isinstance(value, list)

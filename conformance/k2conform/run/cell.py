@@ -11,7 +11,7 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Any, Iterator
+from typing import Any, Collection, Iterator
 
 from k2conform.adapter.harness import execute
 from k2conform.adapter.registry import Availability, load
@@ -151,13 +151,20 @@ def run_cell(
     return cell.timed(time.perf_counter() - started)
 
 
-def case_unfit(case: CompletionCase, mode: str) -> str | None:
+def case_unfit(
+    case: CompletionCase, mode: str, request_options: Collection[str] = ()
+) -> str | None:
     """Why a case has no cell in this mode (None: it has): a server-level case
-    (``server_options``) is judged in the server modes only; ``stream-recorded`` replays
-    the deltas a case recorded.  The matrix plans no such cell; asked for one, it is
-    ``unavailable`` with this reason."""
-    if case.request.server_options and mode not in dl.SERVER_MODES:
-        return "a server-level case (request.server_options): judged in the server modes only"
+    (``server_options``) is judged in the server modes, and in an in-process adapter's modes
+    only when the adapter applies every one of its options itself (``request_options``);
+    ``stream-recorded`` replays the deltas a case recorded.  The matrix plans no such cell;
+    asked for one, it is ``unavailable`` with this reason."""
+    unapplied = sorted(set(case.request.server_options) - set(request_options))
+    if unapplied and mode not in dl.SERVER_MODES:
+        return (
+            f"a server-level case (request.server_options {', '.join(unapplied)}): judged in "
+            "the server modes and by adapters that apply those options"
+        )
     if mode == "stream-recorded" and case.deltas is None:
         return "the case has no recorded deltas"
     return None
@@ -169,7 +176,7 @@ def _mode_unfit(adapter: Any, case: CompletionCase, mode: str) -> str | None:
     if mode not in dl.adapter_modes(adapter):
         modes = ", ".join(dl.adapter_modes(adapter))
         return f"{adapter.name} takes the delivery modes {modes}, not {mode}"
-    return case_unfit(case, mode)
+    return case_unfit(case, mode, getattr(adapter, "request_options", ()))
 
 
 def _judged(

@@ -25,7 +25,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Collection, Iterable, Iterator, Mapping, Sequence
 
 from k2conform.adapter.registry import create_adapter, load
 from k2conform.case.corpus import CompletionCase, load_corpus
@@ -300,16 +300,19 @@ def plan(
     adapters: Sequence[str],
     modes: Sequence[str],
     adapter_modes: Mapping[str, Sequence[str]] | None = None,
+    request_options: Mapping[str, Collection[str]] | None = None,
 ) -> list[tuple[str, str, str]]:
     """The cells to run, longest outputs first so no long cell is left for the end; none
     that ``case_unfit`` rules out.  ``adapter_modes`` (when no mode was asked for) narrows
-    each adapter to the modes it takes."""
+    each adapter to the modes it takes; ``request_options``: the server options each adapter
+    applies itself (``Adapter.request_options``)."""
+    options = request_options or {}
     return [
         (case.id, adapter, mode)
         for case in sorted(cases, key=lambda c: -len(c.model_output))
         for adapter in adapters
         for mode in modes
-        if case_unfit(case, mode) is None
+        if case_unfit(case, mode, options.get(adapter, ())) is None
         and (adapter_modes is None or mode in adapter_modes.get(adapter, modes))
     ]
 
