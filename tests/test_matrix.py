@@ -233,3 +233,30 @@ def test_a_shard_outside_k_of_n_is_a_usage_error():
         text=True,
     )
     assert done.returncode == 2 and "K must be between 1 and N" in done.stderr
+
+
+def test_a_server_level_case_reaches_the_adapters_that_apply_its_options():
+    """``case_unfit``: a case with server options is judged in the server modes, and in an
+    in-process adapter's own modes only when that adapter applies every one of them."""
+    from k2conform.adapter.registry import create_adapter
+    from k2conform.case.corpus import default_corpus_dir, load_corpus
+    from k2conform.run.cell import case_unfit
+    from k2conform.run.matrix import plan
+
+    cases = {c.id: c for c in load_corpus(default_corpus_dir()).completions}
+    stream_off = cases["y_server_stream_reasoning_off_reasoning_then_call"]
+    spacing = cases["y_server_spacing_off"]
+    names = ["reference", "vllm", "sglang"]
+    options = {n: create_adapter(n).request_options for n in names}
+    cells = plan(
+        [stream_off, spacing], names, ("whole", "stream-token", "server-whole"), None, options
+    )
+    reached = {(case, adapter, mode) for case, adapter, mode in cells if mode != "server-whole"}
+    assert reached == {
+        (stream_off.id, adapter, mode)
+        for adapter in ("reference", "sglang")
+        for mode in ("whole", "stream-token")
+    }
+    assert all(case_unfit(c, "server-whole") is None for c in (stream_off, spacing))
+    reason = case_unfit(spacing, "whole", options["sglang"])
+    assert reason is not None and "spaces_between_special_tokens" in reason

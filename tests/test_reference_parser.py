@@ -12,11 +12,13 @@ from hypothesis import strategies as st
 from k2conform import markers as mk
 from k2conform.case.corpus import load_corpus
 from k2conform.model import Request
+from k2conform.run.cell import case_unfit
 from k2conform.reference import parser as reference
 from k2conform.reference.parser import ReferenceParser, parse
 from k2conform.reference.policies import POLICIES
 from k2conform.testkit.strategies import chunkings, completions
 from k2conform.judge.stream import assemble
+from k2conform_adapters.reference import ReferenceAdapter
 
 CORPUS = load_corpus()
 
@@ -35,10 +37,8 @@ def observable(result):
 def test_reference_reproduces_every_corpus_expectation(case):
     if case.expected is None:
         pytest.skip("no expectation recorded")
-    if case.request.server_options:
-        pytest.skip(
-            "a server-level case: its expectation is a server's (judged in the server modes only)"
-        )
+    if case_unfit(case, "whole", ReferenceAdapter.request_options):
+        pytest.skip("a server-level case whose options the reference does not model")
     result = parse(case.model_output, case.request)
     assert observable(result) == (
         case.expected.content,
@@ -194,3 +194,30 @@ def test_tool_choice_none_withholds_every_call_at_every_split(generated, data):
     assert ("REQUEST.tool-choice-none" in result.meta["policies"]) == bool(expected.tool_calls)
     assembled = assemble(events).result
     assert observable(assembled) == observable(result)
+
+
+@given(completions(), st.data())
+def test_force_nonempty_content_gives_reasoning_only_replies_content_at_every_split(
+    generated, data
+):
+    """REQUEST.force-nonempty-content: a reply that is only reasoning (no content, no section)
+    has that reasoning as content, and no streamed delta carries it as reasoning; any other
+    reply parses as without the option, streamed or not."""
+    options = {"chat_template_kwargs": {"force_nonempty_content": True}}
+    plain = Request(tools=generated.tools, thinking=True)
+    forced = Request(tools=generated.tools, thinking=True, server_options=options)
+    deltas = data.draw(chunkings(generated.text))
+    expected = parse(generated.text, plain)
+    result, events = stream(generated.text, deltas, forced)
+    swapped = "REQUEST.force-nonempty-content" in result.meta["policies"]
+    reasoning_only = expected.content is None and not expected.tool_calls and expected.reasoning
+    if swapped:
+        assert reasoning_only
+        assert (result.content, result.reasoning) == (expected.reasoning, None)
+        assert all(e is None or e.reasoning is None for e in events)
+    else:
+        assert observable(result) == observable(expected)
+        # only a section that holds no call (its markers are in the text) answers such a reply
+        sections = (mk.SECTION_BEGIN, mk.SECTION_BEGIN_SINGULAR, mk.CALL_BEGIN)
+        assert not reasoning_only or any(m in generated.text for m in sections)
+    assert observable(assemble(events).result) == observable(result)

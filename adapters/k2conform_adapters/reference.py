@@ -14,6 +14,12 @@ class ReferenceAdapter(Adapter):
     description = "k2conform's reference parser (named policies for every open point of the spec)"
     coverage_files = ("k2conform/reference/parser.py",)
     stop_string_holdback = True  # the spec's parser: any server's deltas
+    #: The options its REQUEST.* policies read, and those that change no reply
+    #: (``stream_reasoning`` only regroups the deltas; ``messages`` matter as
+    #: ``continue_final_message``'s last message)
+    request_options = frozenset(
+        {"messages", "continue_final_message", "stream_reasoning", "chat_template_kwargs"}
+    )
 
     def parse_whole(self, request: Request, output: Delta) -> Result:
         return call_parser(parse, output.text, request)

@@ -63,8 +63,17 @@ KEEPING_POLICIES = frozenset(
     }
 )
 #: Every policy that does not by itself make a case implementation-defined
-#: (``REQUEST.tool-choice-none``: the request decides; the call is the model's error).
-_SETTLED = SPEC_POLICIES | KEEPING_POLICIES | {"ARGS.invalid-json", "REQUEST.tool-choice-none"}
+#: (``REQUEST.*``: the request decides; with tool_choice none the call is the model's error).
+_SETTLED = (
+    SPEC_POLICIES
+    | KEEPING_POLICIES
+    | {
+        "ARGS.invalid-json",
+        "REQUEST.tool-choice-none",
+        "REQUEST.force-nonempty-content",
+        "REQUEST.continue-final-message",
+    }
+)
 
 #: The chat template's own markup: the spec defines it in prompts, never in a model's reply.
 TEMPLATE_MARKUP = (

@@ -128,6 +128,13 @@ class ReferenceParser:
         # REQUEST.tool-choice-none: calls are parsed as always (so the section's text stays
         # out of content) and withheld from the events and the result.
         self._withhold_calls = request.tool_choice == "none" and bool(request.tools)
+        # REQUEST.force-nonempty-content: a reply that is only reasoning (no content, no
+        # section) gives that reasoning as its content; streamed, the reasoning waits (in
+        # _held_reasoning) until content or a section comes, or the output ends.
+        template_kwargs = request.server_options.get("chat_template_kwargs") or {}
+        nonempty = template_kwargs.get("force_nonempty_content") is True
+        self._held_reasoning: list[tuple] | None = [] if nonempty else None
+        self._reasoning_as_content = False
         self._at_output_start = request.thinking
         self._pending = ""  # a held-back tail that may still become a marker
         self._header: list[str] = []
@@ -145,6 +152,14 @@ class ReferenceParser:
         self._section_seen = False
         if not request.thinking:
             self._fire("THINK.off")
+        prefix = continued_message(request)
+        if prefix:
+            # REQUEST.continue-final-message: the reply goes on from the last assistant
+            # message; it is read first, as the reply's start, and only what follows counts.
+            self._fire("REQUEST.continue-final-message")
+            self.feed(prefix)
+            self._content.clear()
+            self._reasoning.clear()
 
     # -- public API -------------------------------------------------------------------
 
@@ -174,7 +189,10 @@ class ReferenceParser:
             self._fire("STRUCT.partial-marker-at-end")
         self._scan(data, final=True)
         self._end_of_output()
-        return self._drain()
+        if self._held_reasoning is not None and self._reasoning and not self._answered():
+            self._fire("REQUEST.force-nonempty-content")
+            self._reasoning_as_content = True
+        return self._drain(final=True)
 
     def result(self) -> Result:
         calls = tuple(
@@ -182,9 +200,12 @@ class ReferenceParser:
             for c in self._calls
             if not self._withhold_calls
         )
+        content, reasoning = "".join(self._content) or None, "".join(self._reasoning) or None
+        if self._reasoning_as_content:
+            content, reasoning = reasoning, None
         return Result(
-            content="".join(self._content) or None,
-            reasoning="".join(self._reasoning) or None,
+            content=content,
+            reasoning=reasoning,
             tool_calls=calls,
             meta={"policies": list(self._policies)},
         )
@@ -502,7 +523,27 @@ class ReferenceParser:
     def _fire(self, policy: str) -> None:
         self._policies.setdefault(policy, None)
 
-    def _drain(self) -> StreamEvent | None:
+    def _answered(self) -> bool:
+        """Whether the reply has anything besides reasoning: content, or a tool-call section."""
+        return bool(self._content) or self._section_seen
+
+    def _release_reasoning(self, events: list[tuple], final: bool) -> list[tuple]:
+        """REQUEST.force-nonempty-content, streamed: until the reply is answered only reasoning
+        comes, and it is held; then it goes out first, as reasoning, or at the end, as the
+        content."""
+        held = self._held_reasoning
+        assert held is not None
+        if not self._answered() and not final:
+            held.extend(events)
+            return []
+        self._held_reasoning = None
+        if self._reasoning_as_content:
+            return [("content", e[1]) for e in held + events]
+        return held + events
+
+    def _drain(self, final: bool = False) -> StreamEvent | None:
+        if self._held_reasoning is not None:
+            self._events = self._release_reasoning(self._events, final)
         if not self._events:
             return None
         events, self._events = self._events, []
@@ -580,6 +621,18 @@ def _accepts(schema: Mapping[str, Any], args: Any) -> bool:
     if any(key not in args for key in schema.get("required") or ()):
         return False
     return not properties or all(key in properties for key in args)
+
+
+def continued_message(request: Request) -> str | None:
+    """With ``continue_final_message``, the text of the conversation's last message when it is
+    the assistant's (the reply continues it), else None."""
+    options = request.server_options
+    messages = options.get("messages") or ()
+    if not options.get("continue_final_message") or not messages:
+        return None
+    last = messages[-1]
+    content = last.get("content")
+    return content if last.get("role") == "assistant" and isinstance(content, str) else None
 
 
 def parse(text: str, request: Request | None = None) -> Result:

@@ -98,9 +98,21 @@ POLICIES: dict[str, str] = {
     ),
     # Request
     "REQUEST.tool-choice-none": (
-        "With `tool_choice: \"none\"` and tools declared, a section the model writes anyway "
+        'With `tool_choice: "none"` and tools declared, a section the model writes anyway '
         "is parsed as always and its calls are withheld: no tool call, and none of the "
         "section's text in content (OpenAI: none means no call; no markup leaks)."
+    ),
+    "REQUEST.force-nonempty-content": (
+        "With `chat_template_kwargs.force_nonempty_content` (an SGLang request option), a reply "
+        "that is only reasoning, with no content and no tool-call section, gives that reasoning "
+        "as its content; streamed, the reasoning is held back until the reply shows content or "
+        "a section (then it is sent as reasoning) or ends (then it is sent as content)."
+    ),
+    "REQUEST.continue-final-message": (
+        "With `continue_final_message` and the conversation ending in an assistant message, "
+        "the reply goes on from that message: its text is read first, as the start of the "
+        "reply (an open `<think>` in it leaves the reply in reasoning, a closed one in "
+        "content), and the reply's fields are what comes after it."
     ),
     # Reasoning
     "THINK.off": "With thinking off, `<think>` and `</think>` are ordinary content.",
