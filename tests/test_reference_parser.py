@@ -221,3 +221,23 @@ def test_force_nonempty_content_gives_reasoning_only_replies_content_at_every_sp
         sections = (mk.SECTION_BEGIN, mk.SECTION_BEGIN_SINGULAR, mk.CALL_BEGIN)
         assert not reasoning_only or any(m in generated.text for m in sections)
     assert observable(assemble(events).result) == observable(result)
+
+
+def test_a_continued_message_is_not_part_of_the_reply_even_with_force_nonempty_content():
+    """REQUEST.continue-final-message with REQUEST.force-nonempty-content: the prefix's own
+    reasoning is neither the reply's reasoning nor its content, streamed or not."""
+    options = {
+        "messages": [
+            {"role": "user", "content": "Weather?"},
+            {"role": "assistant", "content": "<think>Prefix thoughts"},
+        ],
+        "continue_final_message": True,
+        "chat_template_kwargs": {"force_nonempty_content": True},
+    }
+    request = Request(thinking=True, server_options=options)
+    whole = parse(" and more", request)
+    assert (whole.content, whole.reasoning) == (" and more", None)
+    for deltas in ([" and more"], list(" and more")):
+        result, events = stream(" and more", deltas, request)
+        assert observable(result) == observable(whole)
+        assert observable(assemble(events).result) == observable(whole)

@@ -132,8 +132,8 @@ class ReferenceParser:
         # section) gives that reasoning as its content; streamed, the reasoning waits (in
         # _held_reasoning) until content or a section comes, or the output ends.
         template_kwargs = request.server_options.get("chat_template_kwargs") or {}
-        nonempty = template_kwargs.get("force_nonempty_content") is True
-        self._held_reasoning: list[tuple] | None = [] if nonempty else None
+        self._force_nonempty = template_kwargs.get("force_nonempty_content") is True
+        self._held_reasoning: list[tuple] | None = [] if self._force_nonempty else None
         self._reasoning_as_content = False
         self._at_output_start = request.thinking
         self._pending = ""  # a held-back tail that may still become a marker
@@ -160,6 +160,8 @@ class ReferenceParser:
             self.feed(prefix)
             self._content.clear()
             self._reasoning.clear()
+            # what the prefix held back was the prefix's, not the reply's
+            self._held_reasoning = [] if self._force_nonempty and not self._section_seen else None
 
     # -- public API -------------------------------------------------------------------
 
