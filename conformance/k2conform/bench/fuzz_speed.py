@@ -37,7 +37,6 @@ FUZZ_RUNS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 #: Past the bounded run: importing vLLM and SGLang takes a minute on a loaded machine.
 STARTUP_ALLOWANCE = 600
-_COVERAGE = re.compile(r"cov: (\d+) ft: (\d+)")
 
 
 def fuzz_command(
@@ -123,32 +122,62 @@ def fuzz_row(
     output: str,
     cpu_seconds: float,
 ) -> dict[str, Any]:
-    """One run's figures from libFuzzer's output: exec/s and executions (its final stats), the
-    last ``cov``/``ft``, and executions per CPU second of fuzzing (the CPU the target says it
-    spent before fuzzing, importing the parsers, left out); ``error`` when it never got going."""
-    runs = re.findall(r"stat::number_of_executed_units:\s*(\d+)", output)
+    """One run's figures from libFuzzer's output, read as ``k2conform fuzz`` reads a worker's
+    (:class:`~k2conform.fuzzing.workers.Worker`): executions (its final stats), the last
+    progress line's exec/s, the last ``cov``/``ft``, and executions per CPU second of fuzzing
+    (the CPU the target says it spent before fuzzing, importing the parsers, left out);
+    ``error`` when it never got going."""
+    from k2conform.fuzzing.workers import Worker
+
+    parsed = Worker(0, [])
+    for line in output.splitlines():
+        parsed.read(line)
     speeds = re.findall(r"exec/s:\s*(\d+)", output)
-    ready = re.findall(r"ready after ([\d.]+) CPU seconds", output)
     label = " ".join([target, *options])
-    if not runs:
+    if "number_of_executed_units" not in parsed.stats:
         return {
             "target": target,
             "run": label,
             "error": f"exit {returncode}: {output.strip()[-300:]}",
         }
-    fuzzing = cpu_seconds - (float(ready[-1]) if ready else 0.0)  # without the imports
+    return _speed_row(
+        target,
+        label,
+        {},
+        seconds,
+        parsed.stats["number_of_executed_units"],
+        int(speeds[-1]) if speeds else None,
+        cpu_seconds - (parsed.ready_cpu or 0.0),
+        [parsed],
+    )
+
+
+def _speed_row(
+    target: str,
+    label: str,
+    extra: dict[str, Any],
+    seconds: int,
+    executions: int,
+    exec_per_s: int | None,
+    fuzzing_cpu: float,
+    workers: Sequence[Any],
+) -> dict[str, Any]:
+    """A bench row: the run's label (and ``extra``), executions, exec/s, the CPU seconds of
+    fuzzing and executions per CPU second, and the highest final ``cov``/``ft`` of
+    ``workers``."""
     row: dict[str, Any] = {
         "target": target,
         "run": label,
+        **extra,
         "seconds": seconds,
-        "executions": int(runs[-1]),
-        "exec_per_s": int(speeds[-1]) if speeds else None,
-        "cpu_seconds": round(fuzzing, 2),
-        "exec_per_cpu_s": round(int(runs[-1]) / fuzzing) if fuzzing > 0 else None,
+        "executions": executions,
+        "exec_per_s": exec_per_s,
+        "cpu_seconds": round(fuzzing_cpu, 2),
+        "exec_per_cpu_s": round(executions / fuzzing_cpu) if fuzzing_cpu > 0 else None,
     }
-    coverage = _COVERAGE.findall(output)
+    coverage = [w.coverage for w in workers if w.coverage]
     if coverage:
-        row["cov"], row["ft"] = (int(n) for n in coverage[-1])
+        row["cov"], row["ft"] = max(c[0] for c in coverage), max(c[1] for c in coverage)
     return row
 
 
@@ -221,22 +250,16 @@ def workers_row(target: str, seconds: int, workers: Sequence[Any], cpu_seconds: 
             "workers": len(workers),
             "error": f"worker {broken[0].index} exit {broken[0].returncode}",
         }
-    executions = sum(w.stats["number_of_executed_units"] for w in workers)
-    fuzzing = cpu_seconds - sum(w.ready_cpu or 0.0 for w in workers)
-    row: dict[str, Any] = {
-        "target": target,
-        "run": label,
-        "workers": len(workers),
-        "seconds": seconds,
-        "executions": executions,
-        "exec_per_s": sum(w.stats.get("average_exec_per_sec", 0) for w in workers),
-        "cpu_seconds": round(fuzzing, 2),
-        "exec_per_cpu_s": round(executions / fuzzing) if fuzzing > 0 else None,
-    }
-    coverage = [w.coverage for w in workers if w.coverage]
-    if coverage:
-        row["cov"], row["ft"] = max(c[0] for c in coverage), max(c[1] for c in coverage)
-    return row
+    return _speed_row(
+        target,
+        label,
+        {"workers": len(workers)},
+        seconds,
+        sum(w.stats["number_of_executed_units"] for w in workers),
+        sum(w.stats.get("average_exec_per_sec", 0) for w in workers),
+        cpu_seconds - sum(w.ready_cpu or 0.0 for w in workers),
+        workers,
+    )
 
 
 def worker_lines(fuzz: dict[str, Any]) -> list[str]:
