@@ -229,8 +229,53 @@ def test_cuts_and_flags_operations():
 
 
 def test_crossover_joins_two_inputs_at_markers():
-    data = mu.custom_crossover(FuzzInput(ONE_CALL).encode(), FuzzInput(TWO_CALLS).encode(), 4096, 3)
-    assert _text_bytes_valid(data)
+    one, two = FuzzInput(ONE_CALL).encode(), FuzzInput(TWO_CALLS).encode()
+    for seed in range(50):
+        data = mu.crossover(one, two, 4096, seed)
+        assert _text_bytes_valid(data) and data not in (one, two)  # never a parent again
+
+
+def test_mutations_look_for_an_input_not_run_yet(monkeypatch):
+    """No marker to drop, no call to rename: an operation with nothing to act on gave the
+    parent back.  A mutation is now one the target has not run (without ``seen``: one that
+    differs from the parent) unless ``ATTEMPTS`` tries gave none, and crossovers too."""
+    plain = FuzzInput("plain text, no markers", DECLARE_TOOLS).encode()
+    seen = mu.SeenInputs()
+    assert not seen.add(plain) and seen.add(plain)  # the second time is a repeat
+
+    def stale(seeds, **kwargs):
+        return sum(not seen.fresh(mu.mutate(plain, 1024, s, **kwargs)) for s in seeds)
+
+    assert stale(range(400), seen=seen) <= 12  # 8 tries: about 0.5 ** 8 of them stay stale
+    assert stale(range(400)) <= 12  # the parent is in seen: a repeat of it is stale
+    with monkeypatch.context() as patch:
+        patch.setattr(mu, "ATTEMPTS", 1)  # one try, as before: about half are the parent
+        assert stale(range(400), seen=seen) >= 100
+    for data in [mu.mutate(plain, 1024, seed, seen=seen) for seed in range(200)]:
+        seen.add(data)  # a neighbourhood already run: fresh inputs are rarer, still looked for
+    retried = stale(range(200, 400), seen=seen)
+    with monkeypatch.context() as patch:
+        patch.setattr(mu, "ATTEMPTS", 1)
+        assert retried * 3 <= stale(range(200, 400), seen=seen)
+    one, two = FuzzInput(ONE_CALL).encode(), FuzzInput(TWO_CALLS).encode()
+    parents = mu.SeenInputs()
+    for data in (one, two):
+        parents.add(data)
+    assert all(parents.fresh(mu.crossover(one, two, 4096, seed, parents)) for seed in range(50))
+
+
+def test_a_target_that_ignores_cuts_gets_no_mutation_of_only_its_cuts():
+    """Without ``stream-recorded`` the differential target never reads the cut list: a
+    mutation that moved only cuts (or a byte of the list) would rerun the same parse."""
+    data = FuzzInput(ONE_CALL, DECLARE_TOOLS, (3, 9, 30)).encode()
+    seen = mu.SeenInputs(reads_cuts=False)
+    seen.add(data)
+    recut = FuzzInput(ONE_CALL, DECLARE_TOOLS, (5,)).encode()
+    assert not seen.fresh(recut) and mu.SeenInputs().fresh(recut) is True
+    for seed in range(300):
+        out = decode(mu.mutate(data, 4096, seed, _byte_flips, seen))
+        assert (out.flags, out.text) != (DECLARE_TOOLS, ONE_CALL)
+    assert "split" not in mu.UNCUT_OPERATIONS and "cuts" not in mu.UNCUT_OPERATIONS
 
 
 def test_dictionary_file_is_the_generated_one():
@@ -522,17 +567,20 @@ def test_the_reference_stream_is_checked_before_a_new_finding_is_saved(tmp_path,
     verify = engine.verify_reference_stream
     engine.verify_reference_stream = lambda *a: (checked.append(a[1]), verify(*a))
     store = FindingStore(tmp_path / "findings", "differential")
-    target = targets.differential_target(engine, ("whole", "stream-token"), store)
+    seen = mu.SeenInputs(reads_cuts=False)
+    target = targets.differential_target(engine, ("whole", "stream-token"), store, seen)
     data = FuzzInput(ONE_CALL, DECLARE_TOOLS).encode()
     target(data)
     assert checked == [ONE_CALL] and len(store.files) == 2  # whole and stream-token saved
+    assert store.repeats == 0
     target(data)
     assert checked == [ONE_CALL]  # known signatures: counted only
     assert store.counts == {k: 2 for k in store.files}
+    assert store.repeats == 1 and store.executions == 2  # the second run repeated the first
     engine.verify_reference_stream = lambda *a: (_ for _ in ()).throw(HarnessBug("differs"))
     fresh = FindingStore(tmp_path / "elsewhere", "differential")
     with pytest.raises(HarnessBug):  # a finding the reference itself gets wrong is not saved
-        targets.differential_target(engine, ("whole", "stream-token"), fresh)(data)
+        targets.differential_target(engine, ("whole", "stream-token"), fresh, seen)(data)
     assert [Path(f).name.split("_")[2] for f in fresh.files.values()] == ["reference"]  # whole
 
 
@@ -737,7 +785,7 @@ def test_two_workers_save_each_signature_once_and_their_tables_merge(tmp_path):
         assert stores[1].record(Request(), "Hi.", _observation()) == []  # claimed: counted only
         stores[1].tick()
     stores[1].record(Request(), "Hi.", _observation("sglang:extra-call"))
-    stores[0].tick()
+    stores[0].tick(repeated=True)
     for store in stores:
         store.save(force=True)
     cases = sorted(tmp_path.glob("*_fuzz_*.json"))
@@ -754,7 +802,10 @@ def test_two_workers_save_each_signature_once_and_their_tables_merge(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         [*(p.name for p in cases), "signatures-differential.json"]
     )  # the workers' tables and claims are gone
-    assert "4 executions by 2 workers" in format_table(merged)
+    assert merged["repeats"] == 1  # worker 0 said its execution repeated one
+    assert "4 executions by 2 workers (1 of them, 25 %, repeated an earlier input)" in (
+        format_table(merged)
+    )
     # a single run (no worker) neither claims nor writes a worker table
     single = FindingStore(tmp_path / "one", "differential")
     single.record(Request(), "Hi.", _observation())

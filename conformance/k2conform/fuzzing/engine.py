@@ -30,6 +30,8 @@ from k2conform.model import Delta, Request, Result
 #: pieces the fuzz input's cut list makes (as a case replays its recorded deltas).
 FUZZ_MODES: tuple[str, ...] = tuple(m for m in dl.MODES if m not in dl.SERVER_MODES)
 DEFAULT_FUZZ_MODES = ("whole", "stream-token")
+#: The modes that replay the fuzz input's own cut list (the others ignore it).
+CUT_MODES = ("stream-recorded",)
 DEFAULT_DEADLINE = 10.0
 
 
@@ -301,7 +303,10 @@ class FindingStore:
 
     Signatures already saved in ``directory`` (by an earlier run) count as known.  The
     table is written to ``directory/signatures-<target>.json`` as it changes, since
-    libFuzzer ends the process without running Python's exit handlers.  As worker ``K`` of
+    libFuzzer ends the process without running Python's exit handlers.  ``repeats`` counts
+    the executions whose input the parsers had already run
+    (:class:`~k2conform.fuzzing.mutator.SeenInputs`), so the table tells executions that
+    explored something apart from those that did not.  As worker ``K`` of
     ``k2conform fuzz --workers N`` (:mod:`k2conform.fuzzing.workers`) the table is
     ``signatures-<target>.worker-K.json``, and a new signature is claimed first (a file
     created only if absent, in the run's claims directory): the worker that loses the claim
@@ -315,6 +320,7 @@ class FindingStore:
     files: dict[str, str] = field(default_factory=dict)
     new: list[str] = field(default_factory=list)
     executions: int = 0
+    repeats: int | None = None  # None until an execution says whether it repeated one
     started: float = field(default_factory=time.monotonic)
     _written: float = 0.0
 
@@ -381,8 +387,11 @@ class FindingStore:
         if self.worker is not None:
             self._claim_file(key).write_text(self.files[key] or "", encoding="utf-8")
 
-    def tick(self) -> None:
+    def tick(self, repeated: bool | None = None) -> None:
+        """Count one execution, and whether its input had run before where that is known."""
         self.executions += 1
+        if repeated is not None:
+            self.repeats = (self.repeats or 0) + repeated
         if self.executions % 200 == 0:
             self.save()
 
@@ -396,6 +405,7 @@ class FindingStore:
             "target": self.target,
             **({} if self.worker is None else {"worker": self.worker}),
             "executions": self.executions,
+            **({} if self.repeats is None else {"repeats": self.repeats}),
             "seconds": round(now - self.started, 1),
             "signatures": [
                 {"key": k, "count": c, "file": self.files.get(k), "new": k in self.new}
@@ -415,7 +425,8 @@ def format_table(data: Mapping[str, Any]) -> str:
     rows = data.get("signatures") or []
     lines = [
         f"{data.get('target')}: {data.get('executions')} executions"
-        f"{' by ' + str(data['workers']) + ' workers' if data.get('workers') else ''} in "
+        f"{' by ' + str(data['workers']) + ' workers' if data.get('workers') else ''}"
+        f"{_repeats(data)} in "
         f"{data.get('seconds')} s, "
         f"{len(rows)} distinct signatures ({sum(1 for r in rows if r['new'])} new this run)"
     ]
@@ -424,3 +435,10 @@ def format_table(data: Mapping[str, Any]) -> str:
         for row in rows:
             lines.append(f"{row['count']:>7}  {'yes' if row['new'] else '':3}  {row['key']}")
     return "\n".join(lines)
+
+
+def _repeats(data: Mapping[str, Any]) -> str:
+    repeats, executions = data.get("repeats"), data.get("executions")
+    if repeats is None or not executions:
+        return ""
+    return f" ({repeats} of them, {100 * repeats / executions:.0f} %, repeated an earlier input)"

@@ -102,7 +102,10 @@ def _observable(result: Any) -> tuple:
 # -- reference --------------------------------------------------------------------------------
 
 
-def reference_target() -> Callable[[bytes], None]:
+def reference_target(seen: Any = None) -> Callable[[bytes], None]:
+    """The reference parser's own properties on every input; each input run goes into
+    ``seen`` (:class:`~k2conform.fuzzing.mutator.SeenInputs`), which the mutators steer away
+    from."""
     from k2conform.delivery.modes import cut
     from k2conform.fuzzing.envelope import decode
     from k2conform.markers import LEAK_MARKERS
@@ -125,6 +128,8 @@ def reference_target() -> Callable[[bytes], None]:
         assert Result.from_json(json.loads(json.dumps(result.to_json()))) == result
 
     def test_one_input(data: bytes) -> None:
+        if seen is not None:
+            seen.add(data)
         fuzz = decode(data)
         if len(fuzz.text) > MAX_TEXT:
             return
@@ -155,13 +160,17 @@ def reference_target() -> Callable[[bytes], None]:
 REFERENCE_STREAM_SAMPLE = 16
 
 
-def differential_target(engine: Any, modes: Sequence[str], store: Any) -> Callable[[bytes], None]:
+def differential_target(
+    engine: Any, modes: Sequence[str], store: Any, seen: Any
+) -> Callable[[bytes], None]:
     """Every delivery mode through the oracle and the adapters; the reference's own stream is
     checked before a new finding is saved and on one input in :data:`REFERENCE_STREAM_SAMPLE`
-    (a known signature is only counted)."""
+    (a known signature is only counted).  Every input run goes into ``seen``
+    (:class:`~k2conform.fuzzing.mutator.SeenInputs`), which the mutators steer away from."""
     from k2conform.fuzzing.envelope import decode
 
     def test_one_input(data: bytes) -> None:
+        repeated = seen.add(data)
         fuzz = decode(data)
         if len(fuzz.text) > MAX_TEXT:
             return
@@ -179,7 +188,7 @@ def differential_target(engine: Any, modes: Sequence[str], store: Any) -> Callab
                 engine.verify_reference_stream(request, fuzz.text, variants, expected)
             if observation.signature:
                 store.record(request, fuzz.text, observation)
-        store.tick()
+        store.tick(repeated)
 
     return test_one_input
 
@@ -341,7 +350,7 @@ def main(name: str, argv: Sequence[str] | None = None) -> None:
         raise SystemExit(f"unknown fuzz target {name!r} (known: {', '.join(TARGETS)})")
     options, rest = own_options(list(sys.argv if argv is None else argv))
     silence()
-    from k2conform.fuzzing.mutator import custom_crossover, custom_mutator
+    from k2conform.fuzzing.mutator import SeenInputs, mutators
 
     kwargs: dict[str, Any] = {}
     if name == "reference":
@@ -349,10 +358,11 @@ def main(name: str, argv: Sequence[str] | None = None) -> None:
         from k2conform.fuzzing.instrument import instrument_adapters
 
         instrument_adapters([create_adapter("reference")], atheris)
-        test_one_input = reference_target()
-        kwargs = {"custom_mutator": custom_mutator, "custom_crossover": custom_crossover}
+        seen = SeenInputs()
+        test_one_input = reference_target(seen)
+        kwargs = mutators(seen)
     else:
-        from k2conform.fuzzing.engine import DEFAULT_FUZZ_MODES, FUZZ_MODES, FindingStore
+        from k2conform.fuzzing.engine import CUT_MODES, DEFAULT_FUZZ_MODES, FUZZ_MODES, FindingStore
 
         modes = tuple(options.delivery or DEFAULT_FUZZ_MODES)
         unknown = [m for m in modes if m not in FUZZ_MODES]
@@ -367,8 +377,9 @@ def main(name: str, argv: Sequence[str] | None = None) -> None:
             flush=True,
         )
         if name == "differential":
-            test_one_input = differential_target(engine, modes, store)
-            kwargs = {"custom_mutator": custom_mutator, "custom_crossover": custom_crossover}
+            seen = SeenInputs(reads_cuts=any(mode in CUT_MODES for mode in modes))
+            test_one_input = differential_target(engine, modes, store, seen)
+            kwargs = mutators(seen)
         else:
             test_one_input = roundtrip_target(engine, modes, store)
     # What is loaded now stays: a full collection would walk torch's, vLLM's and SGLang's

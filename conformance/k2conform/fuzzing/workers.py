@@ -236,7 +236,7 @@ def clear_worker_files(findings: Path, target: str, workers: int) -> None:
 
 
 def merge_tables(tables: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """One findings table from the workers' tables: counts and executions add up, a
+    """One findings table from the workers' tables: counts, executions and repeats add up, a
     signature's case file is the worker's that saved it, ``new`` if a worker saved it in
     this run, the time is the longest worker's."""
     counts: dict[str, int] = {}
@@ -256,6 +256,12 @@ def merge_tables(tables: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "target": tables[0].get("target") if tables else None,
         "workers": len(tables),
         "executions": sum(t.get("executions") or 0 for t in tables),
+        # each worker counts the repeats of its own inputs only
+        **(
+            {"repeats": sum(t.get("repeats") or 0 for t in tables)}
+            if any("repeats" in t for t in tables)
+            else {}
+        ),
         "seconds": max((t.get("seconds") or 0 for t in tables), default=0),
         "signatures": [
             {"key": k, "count": c, "file": files.get(k), "new": k in new}
