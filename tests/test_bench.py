@@ -15,6 +15,7 @@ from k2conform.bench.fuzz_speed import (
     fuzz_speeds,
     worker_lines,
     worker_speeds,
+    with_repeats,
     workers_row,
 )
 from k2conform.cli import main
@@ -186,6 +187,23 @@ def test_a_fuzz_row_reads_libfuzzers_final_figures():
     lines = fuzz_lines({"note": "2 runs", "loadavg": load, "targets": [row, broken]})
     assert "load average 9.0 -> 11.0" in lines[0] and "500 per CPU second" in lines[1]
     assert "error" in lines[2]
+
+
+def test_a_differential_row_counts_the_repeats_of_every_findings_table(tmp_path):
+    """Executions that reran an input explored nothing: the row says how many, added up over
+    the workers' tables; a table that does not count them (roundtrip) adds nothing."""
+    tables = {
+        "signatures-differential.worker-0.json": {"executions": 300, "repeats": 30},
+        "signatures-differential.worker-1.json": {"executions": 100, "repeats": 10},
+        "signatures-roundtrip.json": {"executions": 50},
+    }
+    for name, table in tables.items():
+        (tmp_path / name).write_text(json.dumps(table))
+    row = with_repeats({"target": "differential", "executions": 400}, tmp_path)
+    assert row["repeats"] == 40 and row["repeat_share"] == 0.1
+    speeds = fuzz_row("differential", (), 20, 0, LIBFUZZER_OUTPUT, 8)
+    assert "40 repeats (10 %)" in fuzz_lines({"note": "", "targets": [{**row, **speeds}]})[1]
+    assert "repeats" not in with_repeats({"target": "roundtrip"}, tmp_path)
 
 
 def test_fuzz_speeds_runs_a_target_from_the_seed_corpus():

@@ -13,10 +13,15 @@ With ``--fuzz-workers N`` (repeatable) the differential target then runs alone o
 worker count, one count after the other, as ``k2conform fuzz --workers N`` runs it
 (:mod:`k2conform.fuzzing.workers`: N processes sharing one corpus): the row adds up the
 workers' executions and exec/s, and its CPU seconds are all of theirs.
+
+A differential row also says how many executions repeated an input the target had already run
+(``repeats``, from the run's findings tables: :class:`~k2conform.fuzzing.mutator.SeenInputs`):
+those explored nothing new, whatever exec/s says.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import resource
@@ -105,7 +110,8 @@ def fuzz_speeds(
             log.close()
             cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
             output = Path(log.name).read_text(encoding="utf-8", errors="replace")
-            rows.append(fuzz_row(target, options, seconds, process.returncode, output, cpu))
+            row = fuzz_row(target, options, seconds, process.returncode, output, cpu)
+            rows.append(with_repeats(row, Path(log.name).parent / "findings"))
     return {
         "targets": rows,
         "concurrent": True,
@@ -181,6 +187,21 @@ def _speed_row(
     return row
 
 
+def with_repeats(row: dict[str, Any], findings: Path) -> dict[str, Any]:
+    """The row with ``repeats`` and ``repeat_share`` added up over the run's findings tables
+    (one, or one per worker) where they count repeats; as it was elsewhere."""
+    tables = [
+        json.loads(path.read_text(encoding="utf-8"))
+        for path in sorted(findings.glob(f"signatures-{row['target']}*.json"))
+    ]
+    counted = [t for t in tables if "repeats" in t]
+    executions = sum(t.get("executions") or 0 for t in counted)
+    if counted and executions:
+        row["repeats"] = sum(t["repeats"] for t in counted)
+        row["repeat_share"] = round(row["repeats"] / executions, 3)
+    return row
+
+
 def fuzz_lines(fuzz: dict[str, Any]) -> list[str]:
     """The bench table's lines for the fuzz runs."""
     load = fuzz.get("loadavg") or {}
@@ -193,6 +214,8 @@ def fuzz_lines(fuzz: dict[str, Any]) -> list[str]:
             lines.append(f"  {row['run']:<36} error: {row['error']}")
             continue
         coverage = f", cov {row['cov']} ft {row['ft']}" if "cov" in row else ""
+        if "repeats" in row:
+            coverage += f", {row['repeats']} repeats ({100 * row['repeat_share']:.0f} %)"
         lines.append(
             f"  {row['run']:<36} {row['exec_per_s']} exec/s ({row['executions']} runs in "
             f"{row['seconds']} s; {row['exec_per_cpu_s']} per CPU second){coverage}"
@@ -227,7 +250,7 @@ def worker_speeds(
             )
             after = resource.getrusage(resource.RUSAGE_CHILDREN)
             cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-            row = workers_row(target, seconds, workers, cpu)
+            row = with_repeats(workers_row(target, seconds, workers, cpu), work / "findings")
             row["loadavg"] = {"before": load_before, "after": list(os.getloadavg())}
             rows.append(row)
     return {
