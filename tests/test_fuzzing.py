@@ -241,7 +241,7 @@ def test_mutations_look_for_an_input_not_run_yet(monkeypatch):
     differs from the parent) unless ``ATTEMPTS`` tries gave none, and crossovers too."""
     plain = FuzzInput("plain text, no markers", DECLARE_TOOLS).encode()
     seen = mu.SeenInputs()
-    assert not seen.add(plain) and seen.add(plain)  # the second time is a repeat
+    assert not seen.add(decode(plain)) and seen.add(decode(plain))  # the second: a repeat
 
     def stale(seeds, **kwargs):
         return sum(not seen.fresh(mu.mutate(plain, 1024, s, **kwargs)) for s in seeds)
@@ -252,7 +252,7 @@ def test_mutations_look_for_an_input_not_run_yet(monkeypatch):
         patch.setattr(mu, "ATTEMPTS", 1)  # one try, as before: about half are the parent
         assert stale(range(400), seen=seen) >= 100
     for data in [mu.mutate(plain, 1024, seed, seen=seen) for seed in range(200)]:
-        seen.add(data)  # a neighbourhood already run: fresh inputs are rarer, still looked for
+        seen.add(decode(data))  # a neighbourhood already run: fresh inputs rarer, still sought
     retried = stale(range(200, 400), seen=seen)
     with monkeypatch.context() as patch:
         patch.setattr(mu, "ATTEMPTS", 1)
@@ -260,7 +260,7 @@ def test_mutations_look_for_an_input_not_run_yet(monkeypatch):
     one, two = FuzzInput(ONE_CALL).encode(), FuzzInput(TWO_CALLS).encode()
     parents = mu.SeenInputs()
     for data in (one, two):
-        parents.add(data)
+        parents.add(decode(data))
     assert all(parents.fresh(mu.crossover(one, two, 4096, seed, parents)) for seed in range(50))
 
 
@@ -269,7 +269,7 @@ def test_a_target_that_ignores_cuts_gets_no_mutation_of_only_its_cuts():
     mutation that moved only cuts (or a byte of the list) would rerun the same parse."""
     data = FuzzInput(ONE_CALL, DECLARE_TOOLS, (3, 9, 30)).encode()
     seen = mu.SeenInputs(reads_cuts=False)
-    seen.add(data)
+    seen.add(decode(data))
     recut = FuzzInput(ONE_CALL, DECLARE_TOOLS, (5,)).encode()
     assert not seen.fresh(recut) and mu.SeenInputs().fresh(recut) is True
     for seed in range(300):

@@ -241,16 +241,17 @@ class SeenInputs:
         self.limit = limit
         self._digests: set[bytes] = set()
 
-    def digest(self, data: bytes) -> bytes:
-        key = observable(decode(data), self.reads_cuts)
-        return hashlib.blake2b(key, digest_size=8).digest()
+    def digest(self, fuzz: FuzzInput) -> bytes:
+        return hashlib.blake2b(observable(fuzz, self.reads_cuts), digest_size=8).digest()
 
     def fresh(self, data: bytes) -> bool:
-        return self.digest(data) not in self._digests
+        """A mutator's candidate (encoded) is one the target has not run."""
+        return self.digest(decode(data)) not in self._digests
 
-    def add(self, data: bytes) -> bool:
-        """Remember an input the target runs; True when it had run the same before."""
-        digest = self.digest(data)
+    def add(self, fuzz: FuzzInput) -> bool:
+        """Remember an input the target runs (decoded, as the target reads it); True when it
+        had run the same before."""
+        digest = self.digest(fuzz)
         if digest in self._digests:
             return True
         if len(self._digests) >= self.limit:
@@ -316,7 +317,7 @@ def mutate(
             fuzz = apply(rng.choice(operations), fuzz, rng)
         return fit(fuzz, max_size)
 
-    return _first_fresh(make, _fresh(seen, data), seed)
+    return _first_fresh(make, _fresh(seen, parent), seed)
 
 
 def crossover(
@@ -333,17 +334,15 @@ def crossover(
         tail = rng.choice(tails) if tails else rng.randint(0, len(b.text))
         return fit(FuzzInput(a.text[:head] + b.text[tail:], a.flags, None), max_out_size)
 
-    if seen is None:
-        parents = [observable(a), observable(b)]
-        return _first_fresh(make, lambda out: observable(decode(out)) not in parents, seed)
-    return _first_fresh(make, seen.fresh, seed)
+    return _first_fresh(make, _fresh(seen, a, b), seed)
 
 
-def _fresh(seen: SeenInputs | None, data: bytes) -> Callable[[bytes], bool]:
+def _fresh(seen: SeenInputs | None, *parents: FuzzInput) -> Callable[[bytes], bool]:
+    """``seen``'s test, or without it: the candidate is none of ``parents``."""
     if seen is not None:
         return seen.fresh
-    before = observable(decode(data))
-    return lambda out: observable(decode(out)) != before
+    known = [observable(p) for p in parents]
+    return lambda out: observable(decode(out)) not in known
 
 
 def mutators(seen: SeenInputs) -> dict[str, Callable[..., bytes]]:

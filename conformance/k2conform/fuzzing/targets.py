@@ -128,9 +128,9 @@ def reference_target(seen: Any = None) -> Callable[[bytes], None]:
         assert Result.from_json(json.loads(json.dumps(result.to_json()))) == result
 
     def test_one_input(data: bytes) -> None:
-        if seen is not None:
-            seen.add(data)
         fuzz = decode(data)
+        if seen is not None:
+            seen.add(fuzz)
         if len(fuzz.text) > MAX_TEXT:
             return
         request = fuzz.request()
@@ -170,8 +170,8 @@ def differential_target(
     from k2conform.fuzzing.envelope import decode
 
     def test_one_input(data: bytes) -> None:
-        repeated = seen.add(data)
         fuzz = decode(data)
+        repeated = seen.add(fuzz)
         if len(fuzz.text) > MAX_TEXT:
             return
         request = fuzz.request()
