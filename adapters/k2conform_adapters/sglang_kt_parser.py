@@ -88,8 +88,7 @@ class SglangKtAdapter(SglangAdapter):
                 raise AdapterGlueError(f"{label}[{PARSER!r}]", "not registered")
         self._version = self.version()  # sglang.__version__ is 0.0.0.dev0 in the fork
         self._glue = FORK_GLUE
-        self._fcp_cls, self._rp_cls = FunctionCallParser, ReasoningParser
-        self._request_cls = protocol.ChatCompletionRequest
+        self._bind(FunctionCallParser, ReasoningParser, protocol.ChatCompletionRequest)
 
     def _tool_parser(self, chat_request: Any) -> Any:
         if self._is_required(chat_request):

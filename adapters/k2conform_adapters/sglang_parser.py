@@ -203,13 +203,17 @@ class SglangAdapter(Reproducible, Adapter):
             )
         require_api(protocol, "ChatCompletionRequest", owner_name="openai.protocol")
 
-        self._fcp_cls = fcp
-        self._rp_cls = self._load_reasoning_parser() if self._glue.kimi_reasoning else None
-        # serving_chat's tool and reasoning parsers get the server's tokenizer
-        # (``tokenizer=self.tokenizer_manager.tokenizer``), where the release takes one
+        reasoning = self._load_reasoning_parser() if self._glue.kimi_reasoning else None
+        self._bind(fcp, reasoning, protocol.ChatCompletionRequest)
+
+    def _bind(self, fcp: Any, reasoning: Any, request_cls: Any) -> None:
+        """Keep the loaded parser classes; serving_chat's tool and reasoning parsers get the
+        server's tokenizer (``tokenizer=self.tokenizer_manager.tokenizer``) where the release
+        takes one.  Every SGLang-line adapter's ``load`` ends here."""
+        self._fcp_cls, self._rp_cls = fcp, reasoning
         self._fcp_tokenizer = _tokenizer_argument(fcp)
-        self._rp_tokenizer = _tokenizer_argument(self._rp_cls) if self._rp_cls else {}
-        self._request_cls = protocol.ChatCompletionRequest
+        self._rp_tokenizer = _tokenizer_argument(reasoning) if reasoning else {}
+        self._request_cls = request_cls
 
     def _load_reasoning_parser(self) -> Any:
         """``ReasoningParser`` with its ``kimi_k2`` entry and the calls this release's server
