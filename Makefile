@@ -8,7 +8,7 @@ STAMP := $(VENV)/.k2conform-installed
 # Test workers: 2 suits the 2-core reference machine (README: Tests); `make test JOBS=auto`.
 JOBS ?= 2
 
-.PHONY: setup servers grammars matrix matrix-servers matrix-grammar test fuzz bench clean parsers-extra matrix-extra test-extra llama-cpp matrix-llama-cpp
+.PHONY: setup servers grammars matrix matrix-servers matrix-grammar test test-lanes test-llama-cpp fuzz bench clean parsers-extra matrix-extra matrix-extra-parsers matrix-releases matrix-releases-guard test-extra llama-cpp matrix-llama-cpp
 
 setup: $(STAMP)
 
@@ -33,8 +33,19 @@ servers: setup
 grammars: setup
 	$(BIN)/k2conform setup-parsers grammar-vllm grammar-sglang
 
-test: setup servers grammars
-	$(BIN)/python -m pytest -n $(JOBS)
+# The developer lane (README: Tests): every test marked with none of tests/lanes.py's lanes.
+# Files go to workers whole (--dist loadfile), so a file's session fixture (the matrix run, the
+# report) is made once, not once a worker.
+DEV_LANE := not (server or grammar or extra or llama_cpp or slow)
+PYTEST := $(BIN)/python -m pytest -n $(JOBS) --dist loadfile
+
+test: setup
+	$(PYTEST) -m "$(DEV_LANE)"
+
+# The other lanes' tests (.ci/run runs them after `make test`): the real vLLM server, the
+# grammars, the extra parsers and the older releases, and the slow whole-corpus tests.
+test-lanes: setup servers grammars parsers-extra
+	$(PYTEST) -m "server or grammar or extra or slow"
 
 # The grammar lane: each engine's grammar against its own parser (docs/grammar.md), gated by
 # its own reviewed baseline.
@@ -54,36 +65,54 @@ matrix-servers: servers
 parsers-extra: setup
 	$(BIN)/k2conform setup-parsers --all
 
-# The extra parsers' lane: `matrix` first (reference + vLLM + SGLang in process, gated by
-# baseline.json), then reference + the extra parsers the reviewed baseline-extra.json covers
-# (each through its own venv), gated by it, then every older vLLM and SGLang release
-# baseline-releases-{vllm,sglang}.json cover (docs/releases.md), one environment at a time (two
-# adapter processes alive, not two per release) and merged, gated by them, and their
-# history with the in-process releases.  Exit 1 on a new finding or a stale entry in any, or when an environment
-# a baseline covers is not built.  The default --timeout (20 s) is the one the baselines'
-# timeout entries were reviewed with; the hello may take 4 x --timeout.
-matrix-extra: matrix parsers-extra
+# The extra parsers' lane: reference + the extra parsers the reviewed baseline-extra.json covers
+# (each through its own venv), gated by it.  The default --timeout (20 s) is the one the
+# baselines' timeout entries were reviewed with; the hello may take 4 x --timeout.
+matrix-extra-parsers: parsers-extra
 	$(BIN)/k2conform setup-parsers --adapters --baseline baseline-extra.json \
 		| xargs -d '\n' $(BIN)/k2conform run --adapter reference --baseline baseline-extra.json \
 		--html report/extra/index.html --json report/extra/results.json --markdown report/extra/summary.md
+
+# The release lanes: every older vLLM and SGLang release baseline-releases-{vllm,sglang}.json
+# cover (docs/releases.md), one environment at a time (two adapter processes alive, not two per
+# release), merged and gated by their baselines.  RELEASE_CASES narrows every run (run's
+# --case/--shard options; .ci/run's guard: docs/testing.md).  Exit 1 on a new finding or a stale
+# entry, 2 when an environment a baseline covers is not built.
+RELEASE_CASES ?=
+matrix-releases: parsers-extra
 	for line in vllm sglang; do \
 		runs=report/releases-$$line/runs; rm -rf $$runs; mkdir -p $$runs; \
 		$(BIN)/k2conform setup-parsers --adapters --baseline baseline-releases-$$line.json > $$runs.list \
 			|| exit $$?; \
 		while read -r option; do \
 			name=$${option#--adapter=}; name=$${name%%=*}; \
-			$(BIN)/k2conform run "$$option" --json $$runs/$$name.json > $$runs/$$name.log; \
+			$(BIN)/k2conform run "$$option" $(RELEASE_CASES) --json $$runs/$$name.json > $$runs/$$name.log; \
 			status=$$?; [ $$status -le 1 ] || { cat $$runs/$$name.log; exit $$status; }; \
 		done < $$runs.list; \
 		$(BIN)/k2conform merge $$runs/*.json --baseline baseline-releases-$$line.json \
 			--html report/releases-$$line/index.html --json report/releases-$$line/results.json \
 			--markdown report/releases-$$line/summary.md || exit $$?; \
 	done
+	[ -n "$(RELEASE_CASES)" ] || $(PYTHON) .ci/lanes.py record releases
+
+# The release lanes' guard (.ci/run, when .ci/lanes.py finds their inputs unchanged since
+# their last full pass): every environment built and run on the cases that reach each
+# release's glue (the spec's golden calls, the policy cases, thinking, tool_choice).
+RELEASE_GUARD := --case 'y_spec_*' --case '*policy*' --case '*think*' --case '*tool_choice*'
+matrix-releases-guard:
+	$(MAKE) matrix-releases RELEASE_CASES="$(RELEASE_GUARD)"
+
+# Everything beyond `matrix` that has a reviewed baseline, then the releases' history with the
+# in-process ones.
+matrix-extra: matrix matrix-extra-parsers matrix-releases
 	$(BIN)/k2conform history report/releases-vllm/results.json report/releases-sglang/results.json \
 		report/results.json --markdown report/history.md --json report/history.json
 
 test-extra: parsers-extra
-	$(BIN)/python -m pytest tests/test_more_parsers.py
+	$(PYTEST) -m extra
+
+test-llama-cpp: llama-cpp
+	$(PYTEST) -m llama_cpp
 
 # The llama.cpp lane (docs/llama-cpp.md): its chat code and our harness, built once into
 # .venvs/llama-cpp (a C++ build: 8-14 min on a shared 2-core machine), then the corpus through it.

@@ -9,6 +9,7 @@ from hypothesis import settings
 
 import k2conform.testkit.strategies  # noqa: F401 - registers the "ci" and "deep" profiles
 from k2conform.case.corpus import Corpus, load_corpus
+from lanes import LANES
 
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
@@ -16,3 +17,10 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 @pytest.fixture(scope="session")
 def corpus() -> Corpus:
     return load_corpus()
+
+
+def pytest_configure(config):
+    """The lane markers, declared once in ``tests/lanes.py`` (``--strict-markers`` holds
+    every test to them)."""
+    for marker, needs in LANES.items():
+        config.addinivalue_line("markers", f"{marker}: {needs}")

@@ -89,6 +89,7 @@ def test_crashing_process_is_a_crash_cell_and_the_run_goes_on(tmp_path, mode):
     assert len(starts) >= 3 and len(set(starts)) == len(starts)
 
 
+@pytest.mark.slow
 def test_hanging_process_is_a_timeout_cell_and_the_run_goes_on(tmp_path):
     spec = f"cmd:{PY} {TOYS / 'hanging_adapter.py'}"
     completed, results = k2run(tmp_path, "--adapter", spec, "--timeout", "1", env=toy_env(tmp_path))
@@ -296,6 +297,7 @@ def test_a_command_that_exits_or_babbles_before_its_hello_says_so_at_once(tmp_pa
     assert (tmp_path / "starts.log").read_text().count("start") == 1
 
 
+@pytest.mark.slow
 def test_a_command_that_never_says_hello_is_an_adapter_error_within_its_deadline(tmp_path):
     """The handshake waits max(10 s, 4 x --timeout): 12 s here, in the worker and once more in the
     parent (for the report's version column), not 300 s; the other adapter's cells are done."""

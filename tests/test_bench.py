@@ -102,6 +102,7 @@ def test_superlinear_flag_only_above_the_threshold_with_evidence():
     assert streaming_cost_lines({}) == []
 
 
+@pytest.mark.slow
 def test_bench_quick_on_the_reference_writes_json_and_a_png(tmp_path, capsys):
     out, png = tmp_path / "bench.json", tmp_path / "bench.png"
     status = main(

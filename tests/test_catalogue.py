@@ -125,6 +125,7 @@ def test_every_catalogue_case_still_shows_its_behaviour_on_its_adapter(catalogue
                for e in read_catalogue(catalogue))  # fmt: skip
 
 
+@pytest.mark.slow
 def test_an_adapter_in_another_process_gives_the_same_catalogue(
     catalogue, document, entries, corpus, tmp_path, capsys
 ):

@@ -80,6 +80,7 @@ def test_usage_errors_exit_2_with_one_line(args, stdin, message):
     assert message in completed.stderr and "Traceback" not in completed.stderr
 
 
+@pytest.mark.slow
 def test_list_adapters_names_reference_with_its_version():
     rows = json.loads(run("list-adapters", "--json").stdout)
     reference = next(r for r in rows if r["name"] == "reference")
@@ -87,6 +88,7 @@ def test_list_adapters_names_reference_with_its_version():
     assert "reference" in run("list-adapters").stdout
 
 
+@pytest.mark.slow
 def test_a_reader_that_leaves_early_gets_no_traceback():
     """``k2conform ... | head -1``: the closed pipe ends the command quietly."""
     process = subprocess.Popen(
@@ -98,6 +100,7 @@ def test_a_reader_that_leaves_early_gets_no_traceback():
     assert b"Traceback" not in errors and b"BrokenPipe" not in errors
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_an_interrupted_run_stops_its_workers_and_keeps_partial_results(tmp_path, signum):
     out = tmp_path / "results.json"

@@ -64,6 +64,7 @@ def console_branches(stdout: str, path: str) -> str:
 ADAPTER_FILES = [("reference", "k2conform/reference/parser.py"), ("vllm", "vllm/parser/kimi_k2.py")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("adapter", "path"), ADAPTER_FILES)
 def test_a_case_reaching_a_new_branch_raises_the_branch_figure(tmp_path, adapter, path):
     if importlib.util.find_spec(path.split("/")[0]) is None:

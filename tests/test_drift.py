@@ -45,6 +45,7 @@ RENAMED_METHOD = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_a_missing_vllm_method_is_one_adapter_error_naming_it_and_no_disagreement(tmp_path):
     pytest.importorskip("vllm")
     (tmp_path / "sitecustomize.py").write_text(RENAMED_METHOD)

@@ -85,6 +85,7 @@ def test_stream_faults_are_caught_by_the_sse_checks(pytester, probes):
     assert "marker bytes in a content delta" in out
 
 
+@pytest.mark.slow
 def test_summary_thresholds_gate_a_drop(pytester, probes):
     with Server(FakeEngine(probes, faults=["arguments-not-json"])) as url:
         strict = run_plugin(pytester, url, "-k", "whole or summary")
@@ -109,6 +110,7 @@ def test_server_without_tokenize_skips_prompt_conformance_with_a_reason(pytester
     assert "the server cannot render a chat: no /tokenize" in out
 
 
+@pytest.mark.slow
 def test_api_key_from_the_environment_is_used_and_never_written(
     pytester, probes, monkeypatch, tmp_path
 ):

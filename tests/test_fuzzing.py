@@ -600,6 +600,7 @@ print(json.dumps({"counts": counts, "declared": declared, "patched": patched}))
 """
 
 
+@pytest.mark.slow
 @NEEDS_PARSERS
 def test_every_file_the_parser_adapters_declare_is_instrumented():
     """The modules come from the adapters' coverage declarations: each must import and have
@@ -659,6 +660,7 @@ def test_reference_target_runs_without_crashing(tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_differential_target_runs_and_saves_distinct_signatures(tmp_path):
     seeds = tmp_path / "seeds"
     seeds.mkdir()
@@ -687,6 +689,7 @@ def test_differential_target_runs_and_saves_distinct_signatures(tmp_path):
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.slow
 @NEEDS_PARSERS
 def test_instrumenting_the_parsers_grows_libfuzzers_coverage(tmp_path):
     """libFuzzer's ``cov:`` counts the parsers' branches only when their files are instrumented."""
@@ -711,6 +714,7 @@ def test_instrumenting_the_parsers_grows_libfuzzers_coverage(tmp_path):
     assert coverage["parsers"] > coverage["reference"], coverage
 
 
+@pytest.mark.slow
 def test_roundtrip_target_runs_without_crashing(tmp_path):
     _run_target("roundtrip", tmp_path, "-runs=150", "-max_len=2048")
 
@@ -891,6 +895,7 @@ def test_fuzz_cli_stops_its_workers_when_interrupted(tmp_path):
             os.kill(pid, 0)
 
 
+@pytest.mark.slow
 @NEEDS_PARSERS
 def test_differential_workers_share_one_findings_table(tmp_path):
     seeds = tmp_path / "seeds"

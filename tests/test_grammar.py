@@ -17,6 +17,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from lanes import missing
+
 from k2conform import markers as mk
 from k2conform.case.corpus import load_case
 from k2conform.delivery import modes as dl
@@ -252,12 +254,13 @@ def test_a_missing_environment_names_the_command_that_builds_it(tmp_path):
 def _pinned_environments() -> None:
     for engine, name in ENVIRONMENTS.items():
         if not installed(environments()[name], VENVS):
-            pytest.skip(f"{engine}'s grammar environment is not built: make grammars")
+            missing(f"{engine}'s grammar environment is not built: make grammars")
 
 
 PINS = {"vllm": "0.2.8", "sglang": "0.2.7"}
 
 
+@pytest.mark.grammar
 def test_class_b_reproduced_with_each_engines_pinned_xgrammar(tmp_path, sglang):
     """Class B (docs/grammar.md): vLLM's required grammar (xgrammar 0.2.8) admits string, array
     and number arguments of a non-strict tool, and vLLM's parser keeps them as the spec says;
@@ -301,6 +304,7 @@ def _tokenizer():
     return load_tokenizer(None)
 
 
+@pytest.mark.grammar
 def test_the_grammar_lane_passes_its_baseline_and_joins_the_matrix_as_a_column(tmp_path):
     """The whole corpus's constrained cases and 20 walks per grammar, both engines pinned, gated
     by baseline-grammar.json (exit 0); then merged beside a run as one more column."""

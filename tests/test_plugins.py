@@ -92,6 +92,7 @@ def _k2conform(venv: Path, *args: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_the_plugin_is_listed_with_its_version(plugin_venv):
     completed = _k2conform(plugin_venv, "list-adapters", "--json")
     assert completed.returncode == 0, completed.stderr
@@ -103,6 +104,7 @@ def test_the_plugin_is_listed_with_its_version(plugin_venv):
     assert "example-tiny" in text
 
 
+@pytest.mark.slow
 def test_the_plugin_runs_in_the_matrix(plugin_venv, tmp_path):
     out = tmp_path / "results.json"
     completed = _k2conform(

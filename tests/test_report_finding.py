@@ -15,6 +15,7 @@ from k2conform.adapter.registry import create_adapter, load
 from k2conform.report_finding.bug_report import MESSAGE_FIELDS
 
 ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.slow  # each runs every installed adapter and a script, 20-30 s
 
 
 def _available(name: str) -> bool:

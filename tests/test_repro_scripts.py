@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from lanes import missing
+
 from k2conform.adapter.harness import execute
 from k2conform.adapter.registry import create_adapter, load
 from k2conform.delivery import modes as dl
@@ -57,16 +59,20 @@ CELLS = [
 ]
 
 
+def _lane(driver: str) -> pytest.MarkDecorator:
+    return pytest.mark.extra if DRIVERS[driver][1] else pytest.mark.slow
+
+
 def _python(driver: str) -> str:
     """The interpreter where the driver's parser is installed (skip when there is none)."""
     adapter, venv = DRIVERS[driver]
     if venv is None:
         if load(create_adapter(adapter)).status != "ok":
-            pytest.skip(f"{adapter} is not installed here")
+            missing(f"{adapter} is not installed here")
         return sys.executable
     python = VENVS / venv / "bin" / "python"
     if not python.exists():
-        pytest.skip(f"{python} is not installed: run k2conform setup-parsers {venv}")
+        missing(f"{python} is not installed: run k2conform setup-parsers {venv}")
     return str(python)
 
 
@@ -119,7 +125,12 @@ def _in_process(driver: str, data: dict) -> dict:
 
 
 @pytest.mark.parametrize(
-    ("driver", "case_id", "mode", "reproduces"), CELLS, ids=[f"{d}-{c}-{m}" for d, c, m, _ in CELLS]
+    ("driver", "case_id", "mode", "reproduces"),
+    [
+        # a driver in its own venv runs in the extra lane; the in-process ones, ~10 s each, slow
+        pytest.param(*cell, id="-".join(cell[:3]), marks=_lane(cell[0]))
+        for cell in CELLS
+    ],
 )
 def test_the_script_reproduces_a_finding_and_not_an_agreeing_case(
     tmp_path, corpus, served, driver, case_id, mode, reproduces

@@ -7,6 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from lanes import missing
 
 from k2conform.errors import UsageError
 from k2conform.resources import bundled
@@ -63,11 +64,12 @@ def test_a_layer_installs_only_its_own_pins_over_a_base_that_is_no_layer(tmp_pat
             parsers.environments()
 
 
+@pytest.mark.extra
 def test_a_built_layer_sees_its_own_release_first_and_the_base_behind_it():
     """The layer's vllm shadows the project venv's 0.33.0; torch is the base's one copy."""
     environment = environments()["vllm-0.30.0"]
     if not installed(environment, VENVS):
-        pytest.skip("vllm-0.30.0 is not built (k2conform setup-parsers vllm-0.30.0)")
+        missing("vllm-0.30.0 is not built (k2conform setup-parsers vllm-0.30.0)")
     python = str(environment.venv(VENVS) / "bin" / "python")
     code = (
         "import importlib.metadata as m, torch, vllm, sys; "

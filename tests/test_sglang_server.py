@@ -173,6 +173,7 @@ def test_recorded_difference_the_server_rejects_an_invalid_tool_schema(adapter, 
     assert parsed.outcome == "ok" and [c.name for c in parsed.tool_calls] == ["get_weather"]
 
 
+@pytest.mark.slow
 def test_a_missing_module_of_the_serving_closure_is_unavailable_with_the_reason():
     """requirements/parsers.txt installs the parser closure; the serving code imports more
     (uvicorn among others).  Without it the adapter is unavailable, naming the module."""

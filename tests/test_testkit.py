@@ -153,6 +153,7 @@ def test_a_baseline_entry_for_another_failure_does_not_hide_it(corpus):
     )
 
 
+@pytest.mark.slow
 def test_the_kit_distributes_under_xdist_with_the_serial_verdicts(downstream_run, tmp_path):
     """``pytest -n 2`` in the author's project: the same tests, the same verdicts."""
     project, serial = downstream_run

@@ -1,10 +1,11 @@
 """The ``vllm-server`` adapter: a real vLLM OpenAI server with scripted Kimi token ids.
 
-The server tests need ``.venvs/vllm-server`` (requirements/vllm-server.txt) and skip with
-the install command without it.  They share ONE real server per test session, across
-xdist workers too: the first worker to need it runs ``k2conform run --adapter vllm-server``
-on a few cases (server start, requests, shutdown: the real path end to end) and every test
-reads that run's results; a lock file keeps the other workers waiting for it.
+The server tests (marker ``server``) need ``.venvs/vllm-server``
+(requirements/vllm-server.txt) and skip with the install command without it (fail in CI:
+``tests/lanes.py``).  They share ONE real server per test session, across xdist workers too:
+the first worker to need it runs ``k2conform run --adapter vllm-server`` on a few cases
+(server start, requests, shutdown: the real path end to end) and every test reads that run's
+results; a lock file keeps the other workers waiting for it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from lanes import missing
+
 from k2conform.delivery import modes as dl
 from k2conform.adapter import AdapterUnavailable
 from k2conform.case.corpus import CorpusError, case_from_json, load_corpus
@@ -30,10 +33,12 @@ from k2conform_adapters import vllm_server
 ROOT = Path(__file__).resolve().parents[1]
 VENV = vllm_server.venv_dir()
 INSTALLED = (VENV / "bin" / "python").exists()
-needs_venv = pytest.mark.skipif(
-    not INSTALLED,
-    reason=f"{VENV} is not installed; install it with: {vllm_server.install_command()}",
-)
+
+
+def _needs_venv() -> None:
+    if not INSTALLED:
+        missing(f"{VENV} is not installed; install it with: {vllm_server.install_command()}")
+
 
 CASES = (
     "y_spec_single_call",
@@ -134,10 +139,11 @@ def test_server_options_round_trip_in_the_request():
     assert case.request.to_json()["server_options"] == dict(case.request.server_options)
 
 
-@needs_venv
+@pytest.mark.server
 def test_served_tokenizer_has_the_stand_in_ids(tmp_path):
     """The model directory's tokenizer (tiktoken.model + our class, trust_remote_code) gives
     the stand-in's ids for text and markers alike, and decodes them back."""
+    _needs_venv()
     texts = [
         "Hi 你好 😀 <|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
         '<|tool_call_argument_begin|>{"city": "Paris"}<|tool_call_end|><|tool_calls_section_end|>',
@@ -202,8 +208,7 @@ def _shared_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def server_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    if not INSTALLED:
-        pytest.skip(f"{VENV} is not installed; install it with: {vllm_server.install_command()}")
+    _needs_venv()
     root = _shared_dir(tmp_path_factory)
     root.mkdir(parents=True, exist_ok=True)
     with open(root / "lock", "w") as lock:
@@ -258,6 +263,7 @@ def _calls(cell: dict) -> list[tuple[str, str, str]]:
     return [(c["id"], c["name"], c["arguments"]) for c in cell["observed"]["tool_calls"]]
 
 
+@pytest.mark.server
 @pytest.mark.parametrize("mode", dl.SERVER_MODES)
 def test_golden_calls_come_back_through_the_real_server(server_run, mode):
     single = _cell(server_run, "y_spec_single_call", mode)
@@ -281,6 +287,7 @@ def test_golden_calls_come_back_through_the_real_server(server_run, mode):
         assert _cell(server_run, case, mode)["outcome"] == "agree", _cell(server_run, case, mode)
 
 
+@pytest.mark.server
 def test_every_cell_ran_and_the_forcing_held(server_run):
     assert {mode for _, mode in server_run["cells"]} == set(dl.SERVER_MODES)
     assert len(server_run["cells"]) == 2 * len(CASES)
@@ -294,6 +301,7 @@ def test_every_cell_ran_and_the_forcing_held(server_run):
             )  # the server returned the script's ids
 
 
+@pytest.mark.server
 def test_spaces_between_special_tokens_default_pads_content_and_streamed_arguments(server_run):
     """vllm-project/vllm#33457: with a Kimi-style slow tokenizer the default
     spaces_between_special_tokens=True puts spaces around the markers: content gains them in
@@ -314,6 +322,7 @@ def test_spaces_between_special_tokens_default_pads_content_and_streamed_argumen
     assert off["observed"]["content"] == expected and _calls(off)[0][2] == '{"city": "Paris"}'
 
 
+@pytest.mark.server
 def test_max_tokens_cut_inside_the_arguments(server_run):
     cell = _cell(server_run, "i_server_max_tokens_cut_in_arguments", "server-whole")
     meta = cell["observed"]["meta"]
@@ -328,6 +337,7 @@ def test_max_tokens_cut_inside_the_arguments(server_run):
     assert meta["finish_reason"] in ("length", "tool_calls")
 
 
+@pytest.mark.server
 def test_the_server_is_stopped_and_its_port_freed(server_run):
     info, server = server_run["info"], server_run["server"]
     assert info["rc"] in (0, 1), info  # 1: the spacing finding is a differs cell
@@ -350,14 +360,14 @@ def test_the_server_is_stopped_and_its_port_freed(server_run):
 # -- the engine plugin against the real server ---------------------------------------------------
 
 
+@pytest.mark.server
 def test_the_engine_plugin_passes_the_real_server_and_names_the_check_a_broken_replay_breaks(
     tmp_path,
 ):
     """The live-engine plugin against a real vLLM server running k2conform's forcing processor
     (``--k2-script`` sends each probe's replay): the clean probes pass every server check; a
     replay whose call arguments are not JSON fails, naming ``arguments-json``."""
-    if not INSTALLED:
-        pytest.skip(f"{VENV} is not installed; install it with: {vllm_server.install_command()}")
+    _needs_venv()
     corpus = tmp_path / "corpus"
     (corpus / "probes").mkdir(parents=True)
     probe = json.loads((ROOT / "corpus" / "probes" / "y_probe_single_call.json").read_text())
@@ -413,6 +423,7 @@ def test_the_engine_plugin_passes_the_real_server_and_names_the_check_a_broken_r
     )  # the clean probe still passes
 
 
+@pytest.mark.server
 def test_the_reviewed_server_baseline_covers_what_the_server_does(server_run):
     """baseline-servers.json: every finding of the real server on these cases is a reviewed
     deviation, and none of its entries for them is stale."""

@@ -20,6 +20,7 @@ import pytest
 from downstream import downstream_project, node_outcomes, run_pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.slow  # builds the wheel and a venv from it
 
 
 def _run(command: list[str], cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:

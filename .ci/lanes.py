@@ -1,0 +1,72 @@
+"""Which inputs a costly lane last passed over in full, so .ci/run knows when a guard is enough.
+
+A lane too long for every CI run (the release lanes: 44 environments x the whole corpus) runs
+in full when one of its inputs changed since its last full pass, and as a guard otherwise
+(docs/testing.md).  Its inputs are the corpus, the adapter glue, the lane's baselines and the
+pinned closures; ``.ci/lanes.json`` holds their digest as of the last full pass, written by the
+lane's make target when it passes, and committed with the change that needed it.
+
+    python3 .ci/lanes.py check releases    # exit 0: inputs unchanged; 1: run it in full
+    python3 .ci/lanes.py record releases   # after a full pass: store the inputs' digest
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+STAMPS = ROOT / ".ci" / "lanes.json"
+#: lane -> the files and folders whose content its results depend on beyond the harness
+#: (the harness itself is pinned cell for cell by the developer lane's snapshots)
+INPUTS = {
+    "releases": [
+        "corpus",
+        "adapters/k2conform_adapters",
+        "baseline-releases-vllm.json",
+        "baseline-releases-sglang.json",
+        "requirements",
+    ],
+}
+
+
+def digest(lane: str) -> str:
+    """sha256 over the path and bytes of every tracked input file (what a fresh clone has; an
+    untracked file, such as a generated reproduction script, is not an input), in path order."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--", *INPUTS[lane]],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout
+    hasher = hashlib.sha256()
+    for name in sorted(filter(None, listed.split(b"\0"))):
+        hasher.update(name + b"\0")
+        hasher.update((ROOT / name.decode()).read_bytes())
+    return hasher.hexdigest()
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2 or argv[0] not in ("check", "record") or argv[1] not in INPUTS:
+        print(f"usage: lanes.py check|record {'|'.join(INPUTS)}", file=sys.stderr)
+        return 2
+    command, lane = argv
+    stamps = json.loads(STAMPS.read_text()) if STAMPS.is_file() else {}
+    now = digest(lane)
+    if command == "record":
+        stamps[lane] = now
+        STAMPS.write_text(json.dumps(stamps, indent=1, sort_keys=True) + "\n")
+        print(f"{lane}: inputs recorded as passed in full ({now[:12]}); commit .ci/lanes.json")
+        return 0
+    if stamps.get(lane) == now:
+        print(f"{lane}: inputs unchanged since its last full pass ({now[:12]}): the guard runs")
+        return 0
+    print(f"{lane}: inputs changed since its last full pass: the whole lane runs")
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,83 @@
+"""The lanes (docs/testing.md): every test in exactly one, CI runs every one but llama.cpp, a
+missing environment fails where CI requires it, and the release lanes run in full exactly when
+one of their inputs changed since their last full pass."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from lanes import LANES, REQUIRE, missing
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _make_variable(name: str) -> str:
+    match = re.search(rf"^{name} :?= (.*)$", (ROOT / "Makefile").read_text(), re.MULTILINE)
+    assert match, name
+    return match.group(1)
+
+
+def _markers(expression: str) -> set[str]:
+    return set(re.findall(r"[a-z_]+", expression)) - {"not", "or", "and"}
+
+
+def test_the_developer_lane_leaves_out_every_lane_and_ci_runs_the_rest():
+    assert _markers(_make_variable("DEV_LANE")) == set(LANES)
+    makefile = (ROOT / "Makefile").read_text()
+    lanes_run = re.search(r'^test-lanes:.*\n\t\$\(PYTEST\) -m "([^"]*)"', makefile, re.MULTILINE)
+    assert lanes_run and _markers(lanes_run.group(1)) == set(LANES) - {"llama_cpp"}
+    ci = (ROOT / ".ci" / "run").read_text()
+    for target in ("test", "test-lanes", "matrix-grammar", "matrix-servers"):
+        assert re.search(rf'^step "[^"]+" {target}$', ci, re.MULTILINE), target
+    assert f"export {REQUIRE}=1" in ci
+
+
+def test_a_missing_environment_skips_here_and_fails_where_ci_requires_it(monkeypatch):
+    monkeypatch.delenv(REQUIRE, raising=False)
+    with pytest.raises(pytest.skip.Exception, match="not built"):
+        missing("x is not built")
+    monkeypatch.setenv(REQUIRE, "1")
+    with pytest.raises(pytest.fail.Exception, match="not built"):
+        missing("x is not built")
+
+
+def _lanes(repo: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(repo / ".ci" / "lanes.py"), *args],
+        capture_output=True,
+        text=True,
+    )
+
+
+def test_the_release_lanes_run_in_full_exactly_when_an_input_changed(tmp_path):
+    """A repository with the lane's inputs: recorded after a full pass, the guard is enough;
+    a changed case, a new tracked file or a changed baseline asks for the whole lane; an
+    untracked file (a generated script) does not."""
+    repo = tmp_path / "repo"
+    (repo / ".ci").mkdir(parents=True)
+    shutil.copy(ROOT / ".ci" / "lanes.py", repo / ".ci" / "lanes.py")
+    (repo / "corpus").mkdir()
+    (repo / "corpus" / "y_a.json").write_text("{}\n")
+    (repo / "baseline-releases-vllm.json").write_text("{}\n")
+    git = ["git", "-C", str(repo), "-c", "user.email=t@t", "-c", "user.name=t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+
+    assert _lanes(repo, "check", "releases").returncode == 1  # never recorded
+    assert _lanes(repo, "record", "releases").returncode == 0
+    assert _lanes(repo, "check", "releases").returncode == 0
+    (repo / "corpus" / "y_b.py").write_text("untracked\n")
+    assert _lanes(repo, "check", "releases").returncode == 0
+    (repo / "corpus" / "y_a.json").write_text('{"changed": 1}\n')
+    assert _lanes(repo, "check", "releases").returncode == 1
+    (repo / "corpus" / "y_a.json").write_text("{}\n")
+    assert _lanes(repo, "check", "releases").returncode == 0
+    (repo / "baseline-releases-vllm.json").write_text("[]\n")
+    assert _lanes(repo, "check", "releases").returncode == 1
+    usage = _lanes(repo, "check", "nosuch")
+    assert usage.returncode == 2 and usage.stderr.count("\n") == 1
