@@ -19,6 +19,8 @@ from k2conform.adapter.registry import adapter_names
 from k2conform.model import CellOutcome
 
 ROOT = Path(__file__).resolve().parent.parent
+#: as `make matrix`: the opt-in stream-holdback too, so CI judges every cell the local gate does
+MATRIX_MODES = ("--opt-in", "stream-holdback")
 
 
 @pytest.fixture(scope="session")
@@ -30,9 +32,7 @@ def matrix_run(tmp_path_factory):
             "-m",
             "k2conform.cli",
             "run",
-            # as `make matrix`: the opt-in stream-holdback too, so CI judges every cell it does
-            "--opt-in",
-            "stream-holdback",
+            *MATRIX_MODES,
             "--baseline",
             str(ROOT / "baseline.json"),
             "--json",
@@ -185,6 +185,7 @@ def test_three_shards_merged_equal_the_unsharded_run(matrix_run, tmp_path):
                 "run",
                 "--shard",
                 f"{k}/3",
+                *MATRIX_MODES,
                 "--case",
                 SHARDED,
                 "--json",
