@@ -294,3 +294,64 @@ def test_serve_fake_engine_on_a_busy_port_is_one_line_naming_it():
     assert completed.stderr == (
         f"k2conform serve-fake-engine: cannot serve on 127.0.0.1:{port}: Address already in use\n"
     )
+
+
+# -- a gate that cannot pass on a fraction of the work -------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory):
+    """The reference on the spec's golden completions, as shards 1..3 of 3 and 1 of 2."""
+    out = tmp_path_factory.mktemp("shards")
+    for spec in ("1/3", "2/3", "3/3", "1/2"):
+        path = out / f"r{spec.replace('/', 'of')}.json"
+        done = run("run", "--adapter", "reference", "--case", "y_spec_*", "--shard", spec,
+                   "--json", str(path))
+        assert done.returncode == 0, done.stderr[-2000:]
+    return out
+
+
+def test_every_run_says_what_it_planned_and_ran(shards):
+    inventory = json.loads((shards / "r1of3.json").read_text())["inventory"]
+    assert inventory["planned"] == inventory["run"] > 0
+
+
+def test_merge_of_every_shard_passes_and_adds_the_inventories_up(shards, tmp_path):
+    parts = [shards / f"r{k}of3.json" for k in (1, 2, 3)]
+    done = run("merge", *map(str, parts), "--json", str(tmp_path / "all.json"))
+    assert done.returncode == 0, done.stderr
+    merged = json.loads((tmp_path / "all.json").read_text())["inventory"]
+    planned = sum(json.loads(p.read_text())["inventory"]["planned"] for p in parts)
+    assert merged == {"planned": planned, "run": planned}
+
+
+@pytest.mark.parametrize(
+    ("parts", "message"),
+    [
+        (["r1of3", "r2of3"], "shards of reference: 3/3 missing (given 1/3, 2/3)"),
+        (["r1of3", "r1of2"], "shards of reference out of different totals N"),
+    ],
+    ids=["missing-shard", "mixed-n"],
+)
+def test_merge_refuses_an_incomplete_set_of_shards(shards, parts, message):
+    done = run("merge", *(str(shards / f"{p}.json") for p in parts))
+    assert done.returncode == 2 and message in done.stderr and done.stderr.count("\n") == 1
+
+
+def test_merge_refuses_a_partial_run(shards, tmp_path):
+    document = json.loads((shards / "r1of3.json").read_text())
+    document["partial"] = {"cells": 3, "planned": 9, "reason": "interrupted (Ctrl-C or SIGTERM)"}
+    (tmp_path / "p.json").write_text(json.dumps(document))
+    done = run("merge", str(tmp_path / "p.json"))
+    assert done.returncode == 2 and "a partial run" in done.stderr
+    assert done.stderr.count("\n") == 1
+
+
+def test_fewer_cells_run_than_planned_fail_the_gate(shards, tmp_path):
+    """Whatever the cause, a document that ran fewer cells than it planned cannot pass."""
+    document = json.loads((shards / "r1of2.json").read_text())
+    document["inventory"]["planned"] += 1
+    document.pop("shard")
+    (tmp_path / "short.json").write_text(json.dumps(document))
+    done = run("merge", str(tmp_path / "short.json"))
+    assert done.returncode == 1 and "**INCOMPLETE:**" in done.stdout

@@ -434,7 +434,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     tasks = plan(cases, names, modes, per_adapter, options)
     with _sigterm_interrupts():
         cells = matrix.run(tasks)
-    extra: dict[str, Any] = {}
+    extra: dict[str, Any] = {"inventory": {"planned": len(tasks), "run": len(cells)}}
     if matrix.interrupted:
         extra["partial"] = {
             "cells": len(cells),

@@ -369,8 +369,16 @@ class AdapterRow:
 
 
 #: Keys of a results document other than the typed ones, kept as they are (the gate's
-#: verdict, adapter errors, the streaming-cost check, the shard).
-_EXTRA_KEYS = ("gate", "adapter_errors", "streaming_cost", "shard", "merged_from", "partial")
+#: verdict, adapter errors, the streaming-cost check, the shard, what was planned and run).
+_EXTRA_KEYS = (
+    "gate",
+    "adapter_errors",
+    "streaming_cost",
+    "shard",
+    "merged_from",
+    "partial",
+    "inventory",
+)
 
 
 @dataclass(frozen=True)

@@ -203,6 +203,9 @@ def gate(
     the baseline names ran (unless allowed missing); without one, when nothing is a finding."""
     verdict = judge(results.cells, baseline.entries if baseline else [])
     empty = ["no cell was run"] if not results.cells else []
+    inventory = results.extra.get("inventory")
+    if inventory and inventory["run"] < inventory["planned"]:
+        empty.append(f"{inventory['run']} of the {inventory['planned']} planned cells were run")
     if baseline is None:
         passed = (
             not empty

@@ -178,6 +178,9 @@ def markdown(results: dict[str, Any]) -> str:
                 f"{partial['planned']} cells were run."
             ),
         ]
+    inventory = results.get("inventory")
+    if inventory and inventory["run"] < inventory["planned"]:
+        lines += ["", f"**INCOMPLETE:** {inventory['run']} of {inventory['planned']} planned cells."]
     gate = results.get("gate")
     if gate:
         lines += [

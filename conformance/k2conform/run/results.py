@@ -60,8 +60,16 @@ def assemble(
 
 def merge(shards: Sequence[tuple[str, RunResults]]) -> RunResults:
     """The shards (named by their files) joined into what one unsharded run gives; a cell in two
-    shards, or shards of different runs (seed, overlapping but unequal modes), is a usage error.
+    shards, shards of different runs (seed, overlapping but unequal modes), a partial run and
+    an incomplete set of shards are usage errors: a merge never stands for more than it holds.
     A document whose modes are all new (``k2conform grammar``'s) joins as more columns."""
+    for name, shard in shards:
+        if "partial" in shard.extra:
+            partial = shard.extra["partial"]
+            raise UsageError(
+                f"{name}: a partial run ({partial['reason']}: {partial['cells']} of "
+                f"{partial['planned']} cells); run it again"
+            )
     seen: dict[tuple[str, str, str], str] = {}
     for name, shard in shards:
         for cell in shard.cells:
@@ -85,6 +93,7 @@ def merge(shards: Sequence[tuple[str, RunResults]]) -> RunResults:
                 "joins as more columns)"
             )
         modes += [m for m in shard.modes if m not in modes]
+    _check_shard_sets(shards)
     adapters: dict[str, AdapterRow] = {}
     cases: dict[str, Mapping[str, Any]] = {}
     for _, shard in shards:
@@ -101,5 +110,44 @@ def merge(shards: Sequence[tuple[str, RunResults]]) -> RunResults:
         tuple(cells),
         wall_seconds=max(s.wall_seconds for _, s in shards),
         worker_restarts=sum(s.worker_restarts for _, s in shards),
-        extra={"merged_from": [s.extra.get("shard") or name for name, s in shards]},
+        extra={
+            "merged_from": [s.extra.get("shard") or name for name, s in shards],
+            **_inventory(shards),
+        },
     )
+
+
+def _check_shard_sets(shards: Sequence[tuple[str, RunResults]]) -> None:
+    """The shards of one run (the same adapters) are K = 1..N of one N, each once."""
+    sets: dict[tuple[str, ...], dict[str, str]] = {}
+    for name, shard in shards:
+        if "shard" in shard.extra:
+            ran = tuple(sorted(row.name for row in shard.adapters))
+            sets.setdefault(ran, {})[name] = shard.extra["shard"]
+    for ran, members in sets.items():
+        label = ", ".join(ran)
+        totals = {spec.split("/")[1] for spec in members.values()}
+        if len(totals) > 1:
+            listed = ", ".join(f"{name} ({spec})" for name, spec in members.items())
+            raise UsageError(f"shards of {label} out of different totals N: {listed}")
+        (total,) = totals
+        have = sorted(int(spec.split("/")[0]) for spec in members.values())
+        lacking = sorted(set(range(1, int(total) + 1)) - set(have))
+        if lacking:
+            raise UsageError(
+                f"shards of {label}: {', '.join(f'{k}/{total}' for k in lacking)} missing "
+                f"(given {', '.join(f'{k}/{total}' for k in have)}); merge every shard of a run"
+            )
+
+
+def _inventory(shards: Sequence[tuple[str, RunResults]]) -> dict[str, Any]:
+    """Planned and run cells added up, where every input says them."""
+    counts = [s.extra.get("inventory") for _, s in shards]
+    if not counts or None in counts:
+        return {}
+    return {
+        "inventory": {
+            "planned": sum(c["planned"] for c in counts),
+            "run": sum(c["run"] for c in counts),
+        }
+    }
