@@ -407,8 +407,30 @@ def test_a_case_failing_in_some_of_the_modes_it_ran_in_lists_those_modes():
     ],
 )
 def test_only_a_reviewed_entry_of_the_same_behaviour_and_case_lends_its_reason(previous):
-    (entry,) = baseline_from_cells([cell("y_a")], [previous])["entries"]
+    entries = baseline_from_cells([cell("y_a")], [previous])["entries"]
+    (entry,) = [e for e in entries if e["reason"] != previous.reason]
     assert entry["reason"] == TODO
+
+
+def test_what_the_run_did_not_judge_is_kept_as_it_was():
+    """``baseline one-case.json --previous baseline.json``: the run's case is rewritten from
+    its cells; other cases, adapters and modes keep their entries, reasons and links."""
+    previous = [
+        BaselineEntry("vllm", "differs", ("content",), ("*",), ("y_a", "y_b"), "why", "https://x/1"),
+        BaselineEntry("sglang", "differs", ("content",), ("*",), ("y_a",), "other adapter"),
+        BaselineEntry("vllm", "differs", ("count",), ("whole", "stream-char"), ("y_a",), "mode"),
+        BaselineEntry("vllm", "crash", (), ("*",), ("y_gone",), "another case"),
+    ]
+    entries = baseline_from_cells([cell("y_a")], previous, ["vllm", "sglang"])["entries"]
+    kept = {(e["adapter"], e["outcome"], tuple(e["fields"]), tuple(e["deliveries"]),
+             tuple(e["cases"]), e["reason"]) for e in entries}
+    assert kept == {
+        ("vllm", "differs", ("content",), ("whole",), ("y_a",), "why"),  # from the run's cell
+        ("vllm", "differs", ("content",), ("*",), ("y_b",), "why"),  # not run: kept
+        ("sglang", "differs", ("content",), ("*",), ("y_a",), "other adapter"),
+        ("vllm", "differs", ("count",), ("stream-char",), ("y_a",), "mode"),  # a mode not run
+        ("vllm", "crash", (), ("*",), ("y_gone",), "another case"),
+    }
 
 
 # -- upstream links (docs/baseline.md) ---------------------------------------------------------

@@ -355,3 +355,23 @@ def test_fewer_cells_run_than_planned_fail_the_gate(shards, tmp_path):
     (tmp_path / "short.json").write_text(json.dumps(document))
     done = run("merge", str(tmp_path / "short.json"))
     assert done.returncode == 1 and "**INCOMPLETE:**" in done.stdout
+
+
+def test_baseline_over_a_small_run_keeps_what_it_did_not_run(shards, tmp_path):
+    """The natural way to add one case: the run's entries are rewritten, every other kept."""
+    previous = {
+        "version": 1,
+        "adapters": ["vllm"],
+        "entries": [
+            {"adapter": "vllm", "outcome": "differs", "fields": ["content"], "deliveries": ["*"],
+             "reason": "reviewed", "link": None, "cases": [f"y_case_{i}" for i in range(95)]}
+        ],
+    }
+    (tmp_path / "baseline.json").write_text(json.dumps(previous))
+    done = run("baseline", str(shards / "r1of3.json"), "--previous",
+               str(tmp_path / "baseline.json"), "--out", str(tmp_path / "baseline.json"))
+    assert done.returncode == 0, done.stderr
+    assert "0 (behaviour, delivery, case) added, 0 removed, 95 kept" in done.stdout
+    written = json.loads((tmp_path / "baseline.json").read_text())
+    assert written["entries"] == previous["entries"]
+    assert written["adapters"] == ["reference", "vllm"]

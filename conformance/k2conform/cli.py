@@ -582,16 +582,27 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
 
 def cmd_baseline(args: argparse.Namespace) -> int:
-    from k2conform.gate.baseline import baseline_from_cells, load_baseline
+    from k2conform.gate.baseline import baseline_from_cells, behaviour_units, load_baseline
 
     results = _read_results(args.results)
-    previous = load_baseline(args.previous).entries if args.previous else ()
-    ran = [
+    previous = load_baseline(args.previous) if args.previous else None
+    ran = {
         row.name
         for row in results.adapters
         if row.status == "ok" and any(c.adapter == row.name for c in results.cells)
-    ]
-    document = baseline_from_cells(results.cells, previous, ran)
+    }
+    document = baseline_from_cells(
+        results.cells,
+        previous.entries if previous else (),
+        ran | set(previous.adapters if previous else ()),
+    )
+    if previous is not None:
+        before = behaviour_units(e.to_json() for e in previous.entries)
+        after = behaviour_units(document["entries"])
+        print(
+            f"{args.previous}: {len(after - before)} (behaviour, delivery, case) added, "
+            f"{len(before - after)} removed, {len(before & after)} kept"
+        )
     args.out.write_text(
         json.dumps(document, ensure_ascii=False, indent=1) + "\n",
         encoding="utf-8",

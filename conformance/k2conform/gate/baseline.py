@@ -273,8 +273,56 @@ def baseline_from_cells(
                     adapter, outcome, fields, deliveries, tuple(sorted(cases)), reason, link
                 ).to_json()
             )
+    entries += [e.to_json() for e in _not_judged(previous, modes_run)]
     entries.sort(key=lambda e: (e["adapter"], e["outcome"], e["fields"], e["deliveries"]))
     return {"version": 1, "adapters": sorted(adapters), "entries": entries}
+
+
+def _not_judged(
+    previous: Sequence[BaselineEntry], modes_run: dict[tuple[str, str], set[str]]
+) -> list[BaselineEntry]:
+    """The parts of earlier entries this run did not judge (another adapter, case or mode),
+    kept as they were: a run of one case rewrites that case's entries, not the file."""
+    ran: dict[str, dict[str, set[str]]] = defaultdict(dict)
+    for (adapter, case), modes in modes_run.items():
+        ran[adapter][case] = modes
+    kept = []
+    for entry in previous:
+        by_deliveries: dict[tuple[str, ...], list[str]] = defaultdict(list)
+        for pattern in entry.cases:
+            cases = ran[entry.adapter]
+            if any(ch in pattern for ch in "*?["):
+                modes = set().union(
+                    *(m for c, m in cases.items() if fnmatch.fnmatchcase(c, pattern))
+                )
+            else:
+                modes = cases.get(pattern, set())
+            rest = (
+                entry.deliveries
+                if not modes
+                else tuple(d for d in entry.deliveries if d != "*" and d not in modes)
+            )
+            if rest:
+                by_deliveries[rest].append(pattern)
+        kept += [
+            BaselineEntry(
+                entry.adapter, entry.outcome, entry.fields, deliveries, tuple(cases),
+                entry.reason, entry.link,
+            )
+            for deliveries, cases in by_deliveries.items()
+        ]
+    return kept
+
+
+def behaviour_units(entries: Iterable[dict[str, Any]]) -> set[tuple[str, ...]]:
+    """Every (adapter, outcome, fields, delivery, case) an entry list vouches for: what
+    ``baseline --previous`` compares to say what it added, removed and kept."""
+    return {
+        (e["adapter"], e["outcome"], ",".join(e["fields"]), delivery, case)
+        for e in entries
+        for delivery in e["deliveries"]
+        for case in e["cases"]
+    }
 
 
 def _reviewed(

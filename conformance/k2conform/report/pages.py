@@ -180,7 +180,8 @@ def markdown(results: dict[str, Any]) -> str:
         ]
     inventory = results.get("inventory")
     if inventory and inventory["run"] < inventory["planned"]:
-        lines += ["", f"**INCOMPLETE:** {inventory['run']} of {inventory['planned']} planned cells."]
+        run, planned = inventory["run"], inventory["planned"]
+        lines += ["", f"**INCOMPLETE:** {run} of {planned} planned cells."]
     gate = results.get("gate")
     if gate:
         lines += [
