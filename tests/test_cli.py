@@ -375,3 +375,32 @@ def test_baseline_over_a_small_run_keeps_what_it_did_not_run(shards, tmp_path):
     written = json.loads((tmp_path / "baseline.json").read_text())
     assert written["entries"] == previous["entries"]
     assert written["adapters"] == ["reference", "vllm"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["run", "--adapter", "cmd:"], "no command after 'cmd:'"),
+        (["run", "--adapter", "cmd:python -c 'x"], "No closing quotation"),
+        (["fuzz", "differential", "--adapter", "nosuch", "--seconds", "5"], "unknown adapter"),
+        (["fuzz", "reference", "--seconds", "0"], "must be more than 0"),
+        (["fuzz", "reference", "--runs", "-1"], "must be more than 0"),
+    ],
+    ids=["empty-cmd", "unbalanced-quote", "fuzz-unknown-adapter", "fuzz-seconds-0", "fuzz-runs"],
+)
+def test_bad_input_is_one_line_and_exit_2_before_any_work(args, message):
+    done = run(*args, "--case", "y_spec_single_call") if args[0] == "run" else run(*args)
+    assert done.returncode == 2 and message in done.stderr, done.stderr[-2000:]
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+
+
+def test_an_internal_error_exits_2_with_its_traceback_never_1(monkeypatch, capsys):
+    from k2conform import cli
+
+    def broken(args):
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setattr(cli, "cmd_list_adapters", broken)
+    assert cli.main(["list-adapters"]) == 2
+    error = capsys.readouterr().err
+    assert "internal error (a bug in k2conform" in error and "ZeroDivisionError: a bug" in error

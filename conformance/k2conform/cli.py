@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 import time
+import traceback
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -104,6 +105,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         # The reader left (``| head``): no traceback, and none at exit's flush either.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+    except KeyboardInterrupt:  # before a command's own handling (a run's) takes over
+        print(f"k2conform {args.command}: interrupted", file=sys.stderr)
+        return INTERRUPTED
+    except Exception:  # a bug in k2conform: never a finding's exit 1
+        print(
+            f"k2conform {args.command}: internal error (a bug in k2conform, not a parser "
+            f"finding):\n{traceback.format_exc()}",
+            file=sys.stderr,
+        )
+        return 2
 
 
 def _build_parser() -> argparse.ArgumentParser:

@@ -54,6 +54,7 @@ from k2conform.adapter.protocol import (
     result_line,
     split_spec,
 )
+from k2conform.errors import UsageError
 from k2conform.model import Delta, Request, Result, StreamEvent
 
 #: The hello's deadline is ``max(HANDSHAKE_FLOOR, HANDSHAKE_FACTOR × the cell deadline)``.
@@ -226,9 +227,12 @@ class CommandAdapter(Adapter):
             raise ValueError(f"not a cmd: adapter: {spec!r}")
         self._label, command = split_spec(spec)
         self.spec = spec
-        self.argv = shlex.split(command)
+        try:
+            self.argv = shlex.split(command)
+        except ValueError as error:  # an unbalanced quote
+            raise UsageError(f"{spec!r}: {error}") from None
         if not self.argv:
-            raise ValueError(f"{spec!r}: no command after 'cmd:'")
+            raise UsageError(f"{spec!r}: no command after 'cmd:'")
         self.cell_deadline = DEFAULT_CELL_DEADLINE if cell_deadline is None else cell_deadline
         self._peer: _Peer | None = None
         self._hello: dict[str, Any] | None = None

@@ -26,6 +26,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from k2conform.adapter.registry import create_adapter
 from k2conform.fuzzing.instrument import INSTRUMENT_CHOICES
 from k2conform.fuzzing.targets import (
     ENVELOPE_TARGETS,
@@ -145,6 +146,10 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         )
     if args.seconds is None and args.runs is None:
         raise UsageError("give --seconds N or --runs N (fuzzing never ends by itself)")
+    if any(limit is not None and limit <= 0 for limit in (args.seconds, args.runs)):
+        raise UsageError("--seconds and --runs must be more than 0 (0 means no limit to libFuzzer)")
+    for name in args.adapter or ():
+        create_adapter(name)  # an unknown name is a usage error before any process starts
     if args.workers < 1 or (args.runs is not None and args.runs < args.workers):
         raise UsageError("--workers N: at least 1, and no more than --runs")
     dirs = list(args.corpus_dirs)

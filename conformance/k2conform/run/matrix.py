@@ -53,6 +53,18 @@ def select_cases(cases: Iterable[CompletionCase], globs: Sequence[str]) -> list[
 # -- workers ---------------------------------------------------------------------------------
 
 
+@contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def _worker(conn: Connection, config: RunConfig, silence: bool = True) -> None:
     """Import every adapter once, then run the cells the parent sends until it sends None.
 
@@ -144,7 +156,8 @@ class Matrix:
     def _start(self) -> _Slot:
         parent, child = self.context.Pipe()
         process = self.context.Process(target=_worker, args=(child, self.config), daemon=True)
-        process.start()
+        with _sigint_ignored():  # born ignoring Ctrl-C (a spawned child inherits SIG_IGN), so
+            process.start()  # an interrupt while it imports prints no traceback: the parent decides
         child.close()
         slot = _Slot(process, parent)
         kind, payload = self._receive(slot, deadline=time.monotonic() + 600)
