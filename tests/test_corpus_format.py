@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 
 import pytest
 from entry_points import K2CONFORM
 from k2conform.case.corpus import CorpusError, iter_problems, load_case, load_corpus
+
+ROOT = Path(__file__).resolve().parent.parent
 
 GOOD = {
     "id": "y_example",
@@ -120,6 +123,16 @@ def test_check_corpus_cli_exit_status_and_message(tmp_path):
     bad = subprocess.run([K2CONFORM, "check-corpus", str(tmp_path)], capture_output=True, text=True)
     assert bad.returncode == 1
     assert "y_example.json: field 'request.thinking'" in bad.stderr
+
+
+def test_check_corpus_holds_every_id_to_the_verdict_rule(tmp_path):
+    """A well-formed golden call filed as ``n_``: the file loads, the rule says ``y_``."""
+    case = json.loads((ROOT / "corpus/golden/completions/y_spec_single_call.json").read_text())
+    case["id"] = "n_spec_single_call"
+    (tmp_path / "n_spec_single_call.json").write_text(json.dumps(case))
+    bad = subprocess.run([K2CONFORM, "check-corpus", str(tmp_path)], capture_output=True, text=True)
+    assert bad.returncode == 1
+    assert "n_spec_single_call.json: id: the verdict rule gives y_, not n_" in bad.stderr
 
 
 def test_shipped_case_files_are_in_canonical_layout():

@@ -30,6 +30,7 @@ from k2conform.adapter.registry import (
     default_adapter_names,
     load,
 )
+from k2conform.case.verdict import case_verdict
 from k2conform.errors import HarnessError, UsageError
 
 DESCRIPTION = """\
@@ -386,6 +387,17 @@ def cmd_check_corpus(args: argparse.Namespace) -> int:
         print(f"{len(problems)} bad case file(s) under {root}", file=sys.stderr)
         return 1
     corpus = load_corpus(root)
+    wrong = [
+        f"{case.path}: id: the verdict rule gives {decided.prefix}_, not {case.id[0]}_"
+        + (f" ({'; '.join(decided.reasons)})" if decided.reasons else "")
+        for case in (*corpus.completions, *corpus.prompts, *corpus.probes)
+        if (decided := case_verdict(case)).prefix != case.id[0]
+    ]
+    for line in wrong:
+        print(line, file=sys.stderr)
+    if wrong:
+        print(f"{len(wrong)} id(s) with the wrong verdict prefix under {root}", file=sys.stderr)
+        return 1
     print(
         f"{len(corpus)} cases OK ({len(corpus.completions)} completions, {len(corpus.prompts)} "
         f"prompts) under {root}"
