@@ -10,6 +10,7 @@ pull CUDA builds and gigabytes that the parsers never import.  The environments 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import subprocess
@@ -106,6 +107,110 @@ def environments() -> dict[str, Environment]:
     return found
 
 
+#: The engine lines a candidate can be built for: a published release (``vllm==X``) or a source
+#: checkout (``vllm --source DIR``), each a layer over the project venv, run by the adapter that
+#: drives the line's current glue (named like the line).
+CANDIDATE_LINES = ("vllm", "sglang")
+_RELEASE_SPEC = re.compile(r"^(?P<line>[a-z]+)==(?P<release>[0-9][0-9A-Za-z.+!-]*)$")
+#: What an environment holds, written into its venv by ``install`` (and the overlay).
+MANIFEST = "k2conform-environment.json"
+
+
+def candidate(spec: str, root: Path) -> Environment:
+    """``vllm==0.34.0``: that release as a layer over the project venv, as a pinned release
+    environment is; a name ``environments.toml`` already has is that environment."""
+    match = _RELEASE_SPEC.match(spec)
+    if not match or match["line"] not in CANDIDATE_LINES:
+        raise UsageError(
+            f"unknown environment {spec!r} (a name of `k2conform setup-parsers`, or "
+            f"{' / '.join(f'{line}==VERSION' for line in CANDIDATE_LINES)})"
+        )
+    line, release = match["line"], match["release"]
+    return _layer(f"{line}-{release}", line, release, root, f"{line} {release} (candidate)")
+
+
+def source_candidate(line: str, source: Path, base: str | None, root: Path) -> Environment:
+    """``vllm --source DIR``: the release wheel the checkout's compiled parts match (``--base``,
+    else the checkout's last release tag), with the checkout's Python files laid over it by
+    :func:`overlay` once it is installed."""
+    if line not in CANDIDATE_LINES:
+        raise UsageError(f"--source takes one of {', '.join(CANDIDATE_LINES)}, not {line!r}")
+    package = source_package(line, source)
+    release = base or _last_release_tag(source)
+    if release is None:
+        raise UsageError(
+            f"cannot tell which {line} release {source} matches (no release tag in its git "
+            "history): pass --base VERSION, the release whose wheel its compiled parts match"
+        )
+    commit = _git(source, "rev-parse", "--short=12", "HEAD")
+    label = commit or package.parent.resolve().name
+    return _layer(f"{line}-src-{label}", line, release, root, f"{line} {release} + {source}")
+
+
+def source_package(line: str, source: Path) -> Path:
+    """The import package inside a checkout: ``DIR/vllm`` (vLLM) or ``DIR/python/sglang``."""
+    for package in (source / line, source / "python" / line):
+        if (package / "__init__.py").is_file():
+            return package
+    raise UsageError(f"{source} is not a {line} checkout: no {line}/__init__.py in it")
+
+
+def overlay(environment: Environment, line: str, source: Path, root: Path) -> list[str]:
+    """Copy the checkout's Python files over the installed release where they differ; record
+    which in the environment's manifest.  Returns their paths (``vllm/parser/kimi_k2.py``)."""
+    package = source_package(line, source)
+    target = _site_packages(str(environment.venv(root) / "bin" / "python")) / line
+    overlaid = []
+    for path in sorted(package.rglob("*.py")):
+        relative = path.relative_to(package)
+        destination = target / relative
+        if destination.is_file() and destination.read_bytes() == path.read_bytes():
+            continue
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        destination.write_bytes(path.read_bytes())
+        overlaid.append(f"{line}/{relative}")
+    _record(
+        environment,
+        root,
+        source=str(source.resolve()),
+        commit=_git(source, "rev-parse", "HEAD"),
+        overlaid=overlaid,
+    )
+    return overlaid
+
+
+def manifest(environment: Environment, root: Path) -> dict:
+    """What the environment records it holds (``{}`` when it was built before manifests)."""
+    path = environment.venv(root) / MANIFEST
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def _record(environment: Environment, root: Path, **facts: object) -> None:
+    path = environment.venv(root) / MANIFEST
+    path.write_text(json.dumps({**manifest(environment, root), **facts}, indent=1) + "\n")
+
+
+def _layer(name: str, line: str, release: str, root: Path, description: str) -> Environment:
+    known = environments().get(name)
+    if known is not None:
+        return known
+    closure = root.resolve() / "candidates" / f"{name}.txt"
+    closure.parent.mkdir(parents=True, exist_ok=True)
+    closure.write_text(f"# {description}: written by k2conform setup-parsers\n{line}=={release}\n")
+    return Environment(name, (str(closure),), (line,), description, over="parsers")
+
+
+def _last_release_tag(source: Path) -> str | None:
+    tag = _git(source, "describe", "--tags", "--abbrev=0")
+    match = re.match(r"^v?(\d+\.\d+\.\d+\S*)$", tag or "")
+    return match.group(1) if match else None
+
+
+def _git(source: Path, *args: str) -> str | None:
+    done = subprocess.run(["git", "-C", str(source), *args], capture_output=True, text=True)
+    return done.stdout.strip() or None if done.returncode == 0 else None
+
+
 def installed(environment: Environment, root: Path) -> bool:
     return (
         environment.stamp(root).is_file() and (environment.venv(root) / "bin" / "python").exists()
@@ -182,6 +287,14 @@ def install(
         layer.write_text(f"import site; site.addsitedir({str(base_packages)!r})\n")
         log(f"== {environment.name}: a layer over {base.name} ({base.venv(root)})")
     log(f"== {environment.name}: {pip_check_summary(python)}")
+    pinned = [
+        line.strip()
+        for path in requirements
+        for line in path.read_text().splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
+    if not environment.into_current:
+        _record(environment, root, name=environment.name, over=environment.over, pinned=pinned)
     environment.stamp(root).write_text(f"{environment.name} {' '.join(environment.requirements)}\n")
     log(f"== {environment.name}: ready in {time.monotonic() - started:.0f} s ({venv})")
     return venv
@@ -248,7 +361,25 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "k2conform beside it, each adapter then run as --adapter 'NAME=cmd:VENV/bin/k2conform "
         "serve-adapter ADAPTER'.  Without NAME, lists the environments and whether they are built."
     )
-    p.add_argument("names", nargs="*", metavar="NAME", help="environments to build")
+    p.add_argument(
+        "names",
+        nargs="*",
+        metavar="NAME",
+        help="environments to build: a name listed without NAME, a release of an engine line "
+        "(vllm==0.34.0, sglang==0.5.24), or with --source the line (vllm, sglang)",
+    )
+    p.add_argument(
+        "--source",
+        type=Path,
+        metavar="DIR",
+        help="a source checkout of the one line named (a pull request's worktree, say): its "
+        "Python files laid over the release wheel its compiled parts match",
+    )
+    p.add_argument(
+        "--base",
+        metavar="VERSION",
+        help="with --source: that release (default: the checkout's last release tag)",
+    )
     p.add_argument(
         "--all", action="store_true", help="every environment marked extra, and 'parsers'"
     )
@@ -305,17 +436,31 @@ def cmd_setup_parsers(args: argparse.Namespace) -> int:
             where = "this venv" if environment.into_current else str(environment.venv(root))
             print(f"{environment.name:<14} {state:<10} {where:<24} {environment.description}")
         return 0
-    unknown = [n for n in names if n not in known]
-    if unknown:
-        raise UsageError(f"unknown environment {unknown[0]!r} (known: {', '.join(known)})")
+    if args.base and not args.source:
+        raise UsageError("--base goes with --source")
+    if args.source:
+        if len(names) != 1:
+            raise UsageError("--source DIR takes one engine line: vllm or sglang")
+        selected = [source_candidate(names[0], args.source, args.base, root)]
+    else:
+        selected = [known[n] if n in known else candidate(n, root) for n in names]
     checkout = checkout_root()
     spec = args.k2conform or (str(checkout) if checkout else None)
-    for name in names:
-        environment = known[name]
+    for environment in selected:
         if installed(environment, root) and not args.force and _fresh(environment, root):
-            print(f"== {name}: up to date ({environment.venv(root)})")
-            continue
-        install(environment, root, spec)
+            print(f"== {environment.name}: up to date ({environment.venv(root)})")
+        else:
+            install(environment, root, spec)
+        if args.source:
+            files = overlay(environment, names[0], args.source, root)
+            print(
+                f"== {environment.name}: {len(files)} file(s) of {args.source} laid over "
+                f"{names[0]} {manifest(environment, root)['pinned'][0].split('==')[1]}"
+                + "".join(f"\n   {f}" for f in files[:20])
+                + (f"\n   ... and {len(files) - 20} more" if len(files) > 20 else "")
+            )
+        for option in environment.adapter_options(root):
+            print(f"== {environment.name}: run it with --adapter '{option.split('=', 1)[1]}'")
     return 0
 
 
