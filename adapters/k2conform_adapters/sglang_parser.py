@@ -169,6 +169,7 @@ class SglangAdapter(Reproducible, Adapter):
         # ReasoningParser("kimi_k2") and its KimiK2Detector (BaseReasoningFormatDetector)
         "sglang/srt/parser/reasoning_parser.py",
     )
+    serving_files = ("sglang/srt/entrypoints/openai/serving_chat.py",)
     request_options = SERVING_CHAT_OPTIONS
 
     # --- glue ---------------------------------------------------------------------------

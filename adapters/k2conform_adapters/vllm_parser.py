@@ -193,6 +193,14 @@ class VllmAdapter(Reproducible, Adapter):
         "vllm/parser/engine/adapters.py",
         "vllm/parser/engine/parser_engine_config.py",
     )
+    serving_files = (
+        "vllm/entrypoints/openai/chat_completion/serving.py",
+        "vllm/entrypoints/openai/chat_completion/stream_processor.py",
+        "vllm/entrypoints/openai/chat_completion/message_assembly.py",
+        "vllm/parser/abstract_parser.py",
+        "vllm/parser/parser_manager.py",
+        "vllm/reasoning/kimi_k2_reasoning_parser.py",
+    )
 
     def __init__(self, tokenizer: Any | None = None) -> None:
         self._tokenizer = tokenizer

@@ -31,6 +31,7 @@ from k2conform.adapter.registry import (
     load,
 )
 from k2conform.case.verdict import case_verdict
+from k2conform.run.results import read_results
 from k2conform.errors import HarnessError, UsageError
 
 DESCRIPTION = """\
@@ -79,6 +80,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "k2conform.history.cli",
     "k2conform.grammar.cli",
     "k2conform.catalogue.cli",
+    "k2conform.verify.cli",
 )
 
 
@@ -565,22 +567,10 @@ def _read_json(path: Path, what: str) -> Any:
         raise UsageError(f"cannot read {what} {path}: {error}") from None
 
 
-def _read_results(path: Path) -> RunResults:
-    """A ``run --json`` document; one of another shape is a usage error naming the file."""
-    data = _read_json(path, "results")
-    try:
-        return RunResults.from_json(data)
-    except (KeyError, TypeError, ValueError, AttributeError) as error:
-        raise UsageError(
-            f"{path} is not a k2conform results document (run --json): {type(error).__name__}: "
-            f"{error}"
-        ) from None
-
-
 def cmd_report(args: argparse.Namespace) -> int:
     if not (args.html or args.markdown):
         raise UsageError("nothing to write: give --html FILE and/or --markdown FILE")
-    results = _read_results(args.results)
+    results = read_results(args.results)
     if args.baseline:
         from k2conform.gate.baseline import load_baseline
         from k2conform.report.findings import gated
@@ -599,7 +589,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
     from k2conform.gate.baseline import load_baseline
     from k2conform.run.results import merge
 
-    merged = merge([(str(path), _read_results(path)) for path in args.results])
+    merged = merge([(str(path), read_results(path)) for path in args.results])
     baseline = load_baseline(args.baseline) if args.baseline else None
     return _gate_and_report(merged, baseline, args)
 
@@ -607,7 +597,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
 def cmd_baseline(args: argparse.Namespace) -> int:
     from k2conform.gate.baseline import baseline_from_cells, behaviour_units, load_baseline
 
-    results = _read_results(args.results)
+    results = read_results(args.results)
     previous = load_baseline(args.previous) if args.previous else None
     ran = {
         row.name

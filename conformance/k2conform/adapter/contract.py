@@ -107,6 +107,10 @@ class Adapter(ABC):
     #: Code of that package the Kimi parser runs through but other model families share (an
     #: engine, a base class): measured too, with the share Kimi can reach reported beside it.
     coverage_shared_files: ClassVar[tuple[str, ...]] = ()
+    #: The server's own files around the parser whose steps the glue re-states or calls (the
+    #: chat-completion serving code): with the two lists above, the files ``k2conform verify``
+    #: compares between a base and a head ("which Kimi-relevant files changed").
+    serving_files: ClassVar[tuple[str, ...]] = ()
     #: Whether the server it models streams text held back while a stop string could match, the
     #: token ids at once (vLLM's detokenizer): only such an adapter takes ``stream-holdback``.
     stop_string_holdback: ClassVar[bool] = False

@@ -34,9 +34,9 @@ def add_parser(subparsers: Any) -> None:
 
 
 def cmd_history(args: argparse.Namespace) -> int:
-    from k2conform.cli import _read_results
+    from k2conform.run.results import read_results
 
-    lines = histories((str(path), _read_results(path)) for path in args.results)
+    lines = histories((str(path), read_results(path)) for path in args.results)
     if not lines:
         raise UsageError("no adapter ran any case in these results documents")
     print(as_text(lines), end="")

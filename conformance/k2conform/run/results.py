@@ -3,12 +3,30 @@ shards of a run spread over machines (``run --shard K/N``, then ``merge``)."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from k2conform import __version__
 from k2conform.case.corpus import CompletionCase
 from k2conform.errors import UsageError
 from k2conform.model import AdapterRow, Cell, ResultOutcome, RunResults
+
+
+def read_results(path: Path) -> RunResults:
+    """A ``run --json`` document; an unreadable one or one of another shape is a usage error
+    naming the file."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as error:
+        raise UsageError(f"cannot read results {path}: {error}") from None
+    try:
+        return RunResults.from_json(data)
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
+        raise UsageError(
+            f"{path} is not a k2conform results document (run --json): {type(error).__name__}: "
+            f"{error}"
+        ) from None
 
 
 def case_summary(case: CompletionCase) -> dict[str, Any]:
