@@ -212,7 +212,7 @@ def markdown(comparison: Comparison) -> str:
     total = sum(c.counts.values())
     verdict = {0: "NO REGRESSION", 1: "REGRESSION", 3: "NOT COMPARABLE"}[c.status]
     lines = [
-        f"## k2conform verify: {c.adapter}, {c.base.label} → {c.head.label}",
+        f"## k2conform verify: {c.adapter}, {_named(c.base)} → {_named(c.head)}",
         "",
         f"**{verdict}**: " + (
             "; ".join(c.not_comparable)
@@ -252,3 +252,8 @@ def markdown(comparison: Comparison) -> str:
             break
     return "\n".join(lines[:MAX_LINES]) + "\n"
 
+
+def _named(side: Side) -> str:
+    """The side as given, with the release its adapter reported (``vllm==0.34.0 (0.34.0)``)."""
+    versions = sorted({row.version for row in side.results.adapters if row.version})
+    return f"{side.label} ({', '.join(versions)})" if versions else side.label
