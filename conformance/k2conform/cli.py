@@ -30,7 +30,6 @@ from k2conform.adapter.registry import (
     default_adapter_names,
     load,
 )
-from k2conform.case.verdict import case_verdict
 from k2conform.run.results import read_results
 from k2conform.errors import HarnessError, UsageError
 
@@ -388,6 +387,9 @@ def cmd_check_corpus(args: argparse.Namespace) -> int:
     if problems:
         print(f"{len(problems)} bad case file(s) under {root}", file=sys.stderr)
         return 1
+    from k2conform.case.verdict import case_verdict  # imports the reference parser: not
+    # before `k2conform coverage` has started measuring it
+
     corpus = load_corpus(root)
     wrong = [
         f"{case.path}: id: the verdict rule gives {decided.prefix}_, not {case.id[0]}_"
@@ -459,11 +461,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     tasks = plan(cases, names, modes, per_adapter, options)
     with _sigterm_interrupts():
         cells = matrix.run(tasks)
-    extra: dict[str, Any] = {"inventory": {"planned": len(tasks), "run": len(cells)}}
+    extra: dict[str, Any] = {"inventory": {"planned": matrix.planned, "run": len(cells)}}
     if matrix.interrupted:
         extra["partial"] = {
             "cells": len(cells),
-            "planned": len(tasks),
+            "planned": matrix.planned,
             "reason": "interrupted (Ctrl-C or SIGTERM)",
         }
     if args.shard:
@@ -483,9 +485,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             or "nowhere (no --json)"
         )
         print(
-            f"k2conform run: interrupted after {len(cells)} of {len(tasks)} cells; partial results "
-            "written to "
-            f"{written}, marked partial",
+            f"k2conform run: interrupted after {len(cells)} of {matrix.planned} cells; partial "
+            f"results written to {written}, marked partial",
             file=sys.stderr,
         )
         return INTERRUPTED

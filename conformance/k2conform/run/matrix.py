@@ -149,6 +149,7 @@ class Matrix:
         self.restarts = 0
         #: Set when Ctrl-C or SIGTERM stopped the run: the cells returned are the ones done.
         self.interrupted = False
+        self.planned = 0
         # Cells carry the adapter's display name (``NAME=cmd:...`` → NAME), lost ones too.
         self.adapters = {spec: create_adapter(spec) for spec in config.adapters}
         self.display_names = {spec: adapter.name for spec, adapter in self.adapters.items()}
@@ -189,6 +190,7 @@ class Matrix:
             ]
         )
         jobs = max(1, min(self.config.jobs or wanted, len(tasks) or 1))
+        self.planned = len(tasks)  # until the workers say which adapters are unavailable
         slots: list[_Slot] = []
         cells: list[Cell] = []
         try:
@@ -210,6 +212,7 @@ class Matrix:
         # An adapter whose package is not installed is reported once (``availability``),
         # not as a cell per case and mode.
         tasks = [t for t in tasks if self._status(t[1]) != "unavailable"]
+        self.planned = len(tasks)  #: the cells the run owes: its inventory's "planned"
         pending = list(reversed(tasks))
         while pending or any(s.task for s in slots):
             for slot in slots:
