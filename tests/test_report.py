@@ -486,3 +486,22 @@ def test_a_stream_violation_is_shown_with_the_token_aligned_deltas(vllm_page):
         li.all("sub") and li.one("sub").text().replace(" ", "").isdigit() for li in deltas
     )
     assert "--delivery stream-burst" in behaviour.one("code", "cmd").text()
+
+
+def test_parsers_this_machine_does_not_have_collapse_to_one_line():
+    from k2conform.report import pages
+
+    row = {"version": None, "supported_versions": [], "status": "unavailable", "reason": "x"}
+    results = {
+        "adapters": [
+            {**row, "name": "aphrodite"},
+            {**row, "name": "lmdeploy"},
+            {**row, "name": "vllm-legacy", "version": "0.33.0", "reason": "another release"},
+        ]
+    }
+    lines = pages._header_warnings(results, "- ")
+    assert lines[0] == (
+        "- not installed here (unavailable): aphrodite, lmdeploy; `k2conform setup-parsers` "
+        "lists the environments that bring them"
+    )
+    assert lines[1] == "- vllm-legacy: unavailable (another release)" and len(lines) == 3

@@ -309,9 +309,21 @@ def _header_warnings(results: dict[str, Any], prefix: str) -> list[str]:
     """One line per adapter that is unsupported, unavailable or whose glue failed."""
     warnings = []
     errors = results.get("adapter_errors") or {}
+    absent = [
+        a["name"]
+        for a in results["adapters"]
+        if a["status"] == "unavailable" and not a.get("version")
+    ]
+    if absent:  # one line for the parsers this machine does not have, asked for or not
+        warnings.append(
+            f"{prefix}not installed here (unavailable): {', '.join(absent)}; "
+            "`k2conform setup-parsers` lists the environments that bring them"
+        )
     for adapter in results["adapters"]:
         name, version = adapter["name"], adapter.get("version") or "not installed"
         written_for = ", ".join(adapter.get("supported_versions") or []) or "any release"
+        if name in absent:
+            continue
         if adapter["status"] == "unavailable":
             warnings.append(f"{prefix}{name}: unavailable ({adapter['reason']})")
         elif name in errors:
