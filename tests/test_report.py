@@ -387,6 +387,20 @@ def test_the_overview_counts_distinct_behaviours_per_adapter_and_summary_md_too(
     assert stale == ["STALE: y_spec_single_call reference *: differs name no longer occurs"]
 
 
+def test_the_summary_lists_each_behaviour_on_one_line_with_its_status_and_reason(run, page):
+    """What a maintainer acts on, in the console and summary.md alike: one line a behaviour."""
+    for text in (run["summary"], run["console"]):
+        section = text.split("#### reference\n\n", 1)[1].split("\n\n", 1)[0].splitlines()
+        assert len(section) == len(behaviours(page, "reference")) == 4
+        assert any(
+            line.startswith("- not reported upstream: differs: content in ")
+            and line.endswith(CONTENT_REASON)
+            for line in section
+        )
+        toy = text.split(f"#### {TOY}\n\n", 1)[1].splitlines()
+        assert any(line.startswith("- **NEW**: crash in whole") for line in toy)
+
+
 def test_report_rebuilds_the_same_page_from_the_results_json_alone(run):
     again = run["tmp"] / "again.html"
     done = k2conform("report", str(run["tmp"] / "results.json"), "--html", str(again))

@@ -238,7 +238,32 @@ def behaviour_lines(results: dict[str, Any]) -> list[str]:
             + " | ".join(str(row[key]) for key in (*FAMILIES, "new", "not reported", "cells"))
             + " |"
         )
+    grouped = _behaviours(results)
+    for adapter in adapters:
+        if grouped.get(adapter):
+            lines += ["", f"#### {adapter}", ""]
+            lines += [_behaviour_line(b) for b in grouped[adapter]]
     return lines
+
+
+#: How much of a reviewed reason a summary line quotes (the report and the baseline have it all).
+_REASON_CHARS = 160
+
+
+def _behaviour_line(behaviour: Any) -> str:
+    """One distinct behaviour, one line: what differs, where, on which cases, and why."""
+    status = {"new": "**NEW**", "not reported": "not reported upstream"}.get(
+        behaviour.upstream, " ".join(behaviour.links)
+    )
+    cases = behaviour.cases
+    shown = ", ".join(cases[:3]) + (f", … ({len(cases)} cases)" if len(cases) > 3 else "")
+    reason = " ".join(behaviour.reason.split())
+    if len(reason) > _REASON_CHARS:
+        reason = reason[: _REASON_CHARS - 1] + "…"
+    return (
+        f"- {status}: {'; '.join(behaviour.signatures)} in {', '.join(behaviour.modes)}: "
+        f"{shown}" + (f". {reason}" if reason else "")
+    )
 
 
 _STREAMING_COLUMNS = (
