@@ -317,9 +317,9 @@ def test_a_streamed_example_shows_every_delta_it_received(run, page):
 def test_the_repro_command_is_report_finding_with_the_cli_s_own_flags_and_reproduces(run, page):
     arguments = behaviours(page, "reference")[1]
     command = arguments.one("code", "cmd").text()
-    assert (
-        command
-        == "k2conform report-finding y_report_args_short --adapter reference --delivery whole"
+    assert command == (
+        "k2conform report-finding y_report_args_short --adapter reference --delivery whole "
+        "--out y_report_args_short.md"
     )
     out = run["tmp"] / "finding.md"
     done = k2conform(

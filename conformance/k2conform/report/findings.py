@@ -192,7 +192,8 @@ def repro_command(cell: Cell, seed: int) -> str:
     burst = _burst(cell.variant)
     if burst is not None and burst != dl.DEFAULT_BURST:
         words += ["--burst", str(burst)]
-    return shlex.join(words)
+    # the report and its standalone script as files (CASE.md, CASE.py), not 500 lines on stdout
+    return shlex.join([*words, "--out", f"{cell.case}.md"])
 
 
 def _burst(variant: str) -> int | None:
