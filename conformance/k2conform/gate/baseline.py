@@ -20,6 +20,7 @@ from typing import Any, Iterable, Sequence
 
 from k2conform.case.corpus import CorpusError
 from k2conform.model import Cell, CellOutcome, RunResults
+from k2conform.run.results import shortfall
 
 _REQUIRED = ("adapter", "outcome", "fields", "deliveries", "cases")
 _KEYS = set(_REQUIRED) | {"reason", "link"}
@@ -202,10 +203,7 @@ def gate(
     glue failed, and, with a baseline, no finding is new, no entry is stale and every adapter
     the baseline names ran (unless allowed missing); without one, when nothing is a finding."""
     verdict = judge(results.cells, baseline.entries if baseline else [])
-    empty = ["no cell was run"] if not results.cells else []
-    inventory = results.extra.get("inventory")
-    if inventory and inventory["run"] < inventory["planned"]:
-        empty.append(f"{inventory['run']} of the {inventory['planned']} planned cells were run")
+    empty = shortfall(results)
     if baseline is None:
         passed = (
             not empty

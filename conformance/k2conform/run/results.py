@@ -29,6 +29,16 @@ def read_results(path: Path) -> RunResults:
         ) from None
 
 
+def shortfall(results: RunResults) -> list[str]:
+    """Why a document judged less than it owes (no cell; fewer cells run than planned): the one
+    rule the gate and ``verify`` both hold a run to."""
+    why = ["no cell was run"] if not results.cells else []
+    inventory = results.extra.get("inventory")
+    if inventory and inventory["run"] < inventory["planned"]:
+        why.append(f"{inventory['run']} of {inventory['planned']} planned cells were run")
+    return why
+
+
 def case_summary(case: CompletionCase) -> dict[str, Any]:
     """What the reports show of a case."""
     return {

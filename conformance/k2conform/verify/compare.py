@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from k2conform.model import Cell, RunResults
+from k2conform.run.results import shortfall
 
 #: The classes of a cell, worst first (the order of the report).
 CLASSES = ("regressed", "fixed", "changed", "unchanged")
@@ -87,11 +88,7 @@ def _incomplete(side: Side) -> list[str]:
     results, why = side.results, []
     if "partial" in results.extra:
         why.append(f"{side.label}: a partial run ({results.extra['partial']['reason']})")
-    inventory = results.extra.get("inventory")
-    if inventory and inventory["run"] < inventory["planned"]:
-        why.append(f"{side.label}: {inventory['run']} of {inventory['planned']} planned cells run")
-    if not results.cells:
-        why.append(f"{side.label}: no cell was run")
+    why += [f"{side.label}: {reason}" for reason in shortfall(results)]
     errors = [c for c in results.cells if c.outcome == "adapter-error"]
     if errors:
         why.append(
