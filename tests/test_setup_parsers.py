@@ -64,6 +64,26 @@ def test_a_layer_installs_only_its_own_pins_over_a_base_that_is_no_layer(tmp_pat
             parsers.environments()
 
 
+def test_a_failed_install_step_names_pips_own_error_in_its_one_line(tmp_path):
+    """A disk that fills half-way through the set-up (CI, 5 Dec 2026) showed only "exit status
+    1"; the line must carry pip's last ERROR line, so the cause is read without the log."""
+    environment = environments()["vllm-0.11.0"]
+    venv = tmp_path / "venv"
+    venv.mkdir()
+    fails = [
+        "python3",
+        "-c",
+        "print('Collecting vllm'); print('ERROR: Could not install packages due to an OSError:"
+        " [Errno 28] No space left on device'); raise SystemExit(1)",
+    ]
+    with pytest.raises(UsageError) as raised:
+        parsers._step(environment, venv, fails, "install vllm-0.11.0.txt")
+    assert str(raised.value).startswith("environment vllm-0.11.0: could not install vllm-0.11.0.txt")
+    assert "exit status 1, ERROR: Could not install packages" in str(raised.value)
+    assert "No space left on device" in str(raised.value)
+    assert "\nCollecting vllm\n" in (venv / "setup-parsers.log").read_text()
+
+
 @pytest.mark.extra
 def test_a_built_layer_sees_its_own_release_first_and_the_base_behind_it():
     """The layer's vllm shadows the project venv's 0.33.0; torch is the base's one copy."""

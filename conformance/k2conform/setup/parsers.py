@@ -326,9 +326,13 @@ def _step(environment: Environment, venv: Path, command: list[str], what: str) -
     if done.returncode != 0:
         text = log_path.read_text(encoding="utf-8", errors="replace")
         missing = _NOT_FOUND.findall(text)
-        cause = (
-            f"no reachable wheel for {missing[-1]}" if missing else f"exit status {done.returncode}"
-        )
+        errors = [line.strip() for line in text.splitlines() if line.startswith("ERROR:")]
+        if missing:
+            cause = f"no reachable wheel for {missing[-1]}"
+        elif errors:
+            cause = f"exit status {done.returncode}, {errors[-1]}"
+        else:
+            cause = f"exit status {done.returncode}"
         raise UsageError(
             f"environment {environment.name}: could not {what}: {cause} (log: {log_path})"
         )
