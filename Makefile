@@ -8,7 +8,7 @@ STAMP := $(VENV)/.k2conform-installed
 # Test workers: 2 suits the 2-core reference machine (README: Tests); `make test JOBS=auto`.
 JOBS ?= 2
 
-.PHONY: setup servers grammars matrix matrix-servers matrix-grammar test test-lanes test-llama-cpp fuzz bench clean parsers-extra matrix-extra matrix-extra-parsers matrix-releases matrix-releases-guard test-extra llama-cpp matrix-llama-cpp
+.PHONY: setup servers grammars matrix matrix-servers matrix-grammar test test-lanes test-llama-cpp fuzz bench clean parsers-extra matrix-extra matrix-extra-parsers matrix-releases matrix-releases-guard matrix-servers-guard test-extra llama-cpp matrix-llama-cpp
 
 setup: $(STAMP)
 
@@ -56,8 +56,15 @@ matrix-grammar: grammars
 # The real-server lane: the whole corpus through the real vLLM server (both server modes),
 # gated by its own reviewed baseline.  About 7 minutes on 2 cores; .ci/run runs it after the tests.
 matrix-servers: servers
-	$(BIN)/k2conform run --adapter vllm-server --baseline baseline-servers.json \
+	$(BIN)/k2conform run --adapter vllm-server --baseline baseline-servers.json $(SERVER_CASES) \
 		--html report/servers/index.html --json report/servers/results.json --markdown report/servers/summary.md
+	[ -n "$(SERVER_CASES)" ] || $(PYTHON) .ci/lanes.py record servers
+
+# The server lane's guard (.ci/run, when .ci/lanes.py finds its inputs unchanged since its last
+# full pass): the real server on the release guard's cases and every server-only case.
+SERVER_GUARD = $(RELEASE_GUARD) --case '*server*'
+matrix-servers-guard:
+	$(MAKE) matrix-servers SERVER_CASES="$(SERVER_GUARD)"
 
 # The extra real parsers, one venv each under .venvs/<name> (their pins clash with vLLM's),
 # run through the adapter protocol.  Not part of `setup`: about 450 MB of wheels and 3-4

@@ -1,13 +1,14 @@
 """Which inputs a costly lane last passed over in full, so .ci/run knows when a guard is enough.
 
-A lane too long for every CI run (the release lanes: 44 environments x the whole corpus) runs
+A lane too long for every CI run (the release lanes: 41 environments x the whole corpus; the
+real vLLM server lane: the whole corpus through a served model on CPU) runs
 in full when one of its inputs changed since its last full pass, and as a guard otherwise
 (docs/testing.md).  Its inputs are the corpus, the adapter glue, the lane's baselines and the
 pinned closures; ``.ci/lanes.json`` holds their digest as of the last full pass, written by the
 lane's make target when it passes, and committed with the change that needed it.
 
-    python3 .ci/lanes.py check releases    # exit 0: inputs unchanged; 1: run it in full
-    python3 .ci/lanes.py record releases   # after a full pass: store the inputs' digest
+    python3 .ci/lanes.py check LANE    # exit 0: inputs unchanged; 1: run it in full
+    python3 .ci/lanes.py record LANE   # after a full pass: store the inputs' digest
 """
 
 from __future__ import annotations
@@ -28,6 +29,12 @@ INPUTS = {
         "adapters/k2conform_adapters",
         "baseline-releases-vllm.json",
         "baseline-releases-sglang.json",
+        "requirements",
+    ],
+    "servers": [
+        "corpus",
+        "adapters/k2conform_adapters",
+        "baseline-servers.json",
         "requirements",
     ],
 }

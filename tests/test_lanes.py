@@ -32,8 +32,17 @@ def test_the_developer_lane_leaves_out_every_lane_and_ci_runs_the_rest():
     lanes_run = re.search(r'^test-lanes:.*\n\t\$\(PYTEST\) -m "([^"]*)"', makefile, re.MULTILINE)
     assert lanes_run and _markers(lanes_run.group(1)) == set(LANES) - {"llama_cpp"}
     ci = (ROOT / ".ci" / "run").read_text()
-    for target in ("test", "test-lanes", "matrix-grammar", "matrix-servers"):
+    for target in ("test", "test-lanes", "matrix-grammar", "matrix-extra-parsers"):
         assert re.search(rf'^step "[^"]+" {target}$', ci, re.MULTILINE), target
+    # a lane with a stamp runs in full or as its guard, by its own stamp
+    for lane, target in (("servers", "matrix-servers"), ("releases", "matrix-releases")):
+        branch = re.search(
+            rf"^if python3 \.ci/lanes\.py check {lane}; then\n"
+            rf'  step "[^"]+" {target}-guard\nelse\n  step "[^"]+" {target}\nfi$',
+            ci,
+            re.MULTILINE,
+        )
+        assert branch, lane
     assert f"export {REQUIRE}=1" in ci
 
 
@@ -54,7 +63,11 @@ def _lanes(repo: Path, *args: str) -> subprocess.CompletedProcess:
     )
 
 
-def test_the_release_lanes_run_in_full_exactly_when_an_input_changed(tmp_path):
+@pytest.mark.parametrize(
+    ("lane", "baseline"),
+    [("releases", "baseline-releases-vllm.json"), ("servers", "baseline-servers.json")],
+)
+def test_a_stamped_lane_runs_in_full_exactly_when_an_input_changed(tmp_path, lane, baseline):
     """A repository with the lane's inputs: recorded after a full pass, the guard is enough;
     a changed case, a new tracked file or a changed baseline asks for the whole lane; an
     untracked file (a generated script) does not."""
@@ -63,21 +76,21 @@ def test_the_release_lanes_run_in_full_exactly_when_an_input_changed(tmp_path):
     shutil.copy(ROOT / ".ci" / "lanes.py", repo / ".ci" / "lanes.py")
     (repo / "corpus").mkdir()
     (repo / "corpus" / "y_a.json").write_text("{}\n")
-    (repo / "baseline-releases-vllm.json").write_text("{}\n")
+    (repo / baseline).write_text("{}\n")
     git = ["git", "-C", str(repo), "-c", "user.email=t@t", "-c", "user.name=t"]
     subprocess.run([*git, "init", "-q"], check=True)
     subprocess.run([*git, "add", "."], check=True)
 
-    assert _lanes(repo, "check", "releases").returncode == 1  # never recorded
-    assert _lanes(repo, "record", "releases").returncode == 0
-    assert _lanes(repo, "check", "releases").returncode == 0
+    assert _lanes(repo, "check", lane).returncode == 1  # never recorded
+    assert _lanes(repo, "record", lane).returncode == 0
+    assert _lanes(repo, "check", lane).returncode == 0
     (repo / "corpus" / "y_b.py").write_text("untracked\n")
-    assert _lanes(repo, "check", "releases").returncode == 0
+    assert _lanes(repo, "check", lane).returncode == 0
     (repo / "corpus" / "y_a.json").write_text('{"changed": 1}\n')
-    assert _lanes(repo, "check", "releases").returncode == 1
+    assert _lanes(repo, "check", lane).returncode == 1
     (repo / "corpus" / "y_a.json").write_text("{}\n")
-    assert _lanes(repo, "check", "releases").returncode == 0
-    (repo / "baseline-releases-vllm.json").write_text("[]\n")
-    assert _lanes(repo, "check", "releases").returncode == 1
+    assert _lanes(repo, "check", lane).returncode == 0
+    (repo / baseline).write_text("[]\n")
+    assert _lanes(repo, "check", lane).returncode == 1
     usage = _lanes(repo, "check", "nosuch")
     assert usage.returncode == 2 and usage.stderr.count("\n") == 1
