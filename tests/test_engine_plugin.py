@@ -10,6 +10,7 @@ import re
 import pytest
 
 from k2conform.engine.fake import FakeEngine, Server
+from test_wire import WIRE_FAULTS
 
 pytest_plugins = ["pytester"]
 
@@ -75,6 +76,40 @@ def test_each_injected_fault_fails_naming_the_check(pytester, probes, fault, che
     assert needle in out
     summary_line = rf"^failed checks: (.*, )?{re.escape(check)} x[1-9]"
     assert re.search(summary_line, out, re.MULTILINE), out[-3000:]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", sorted(WIRE_FAULTS))
+def test_each_wire_fault_fails_the_plugin_naming_its_check(pytester, probes, fault):
+    """Over loopback, on the raw frames: each wire fault fails its own check, on its probe."""
+    probe_id, kind = WIRE_FAULTS[fault]
+    with Server(FakeEngine(probes, faults=[fault])) as url:
+        result = run_plugin(pytester, url, "-k", "wire")
+    out = result.stdout.str()
+    assert result.ret == 1, out[-3000:]
+    assert f"[k2 check {kind.value}] {probe_id}:" in out, out[-3000:]
+    assert re.search(rf"^failed checks: {re.escape(kind.value)} x[1-9]\d*$", out, re.MULTILINE), (
+        out[-3000:]
+    )
+
+
+def test_streams_sent_at_once_must_equal_the_stream_sent_alone(pytester, probes):
+    """--k2-concurrency 4: a conforming engine passes; one that loses calls while another
+    stream is in flight (vllm-project/vllm#54701) fails concurrent-streams, and only that."""
+    with Server(FakeEngine(probes)) as url:
+        result = run_plugin(pytester, url, "-k", "wire", "--k2-concurrency", "4")
+    assert result.ret == 0, result.stdout.str()[-3000:]
+    result.assert_outcomes(passed=len(probes))
+    with Server(FakeEngine(probes, faults=["calls-lost-under-concurrency"])) as url:
+        result = run_plugin(pytester, url, "-k", "wire", "--k2-concurrency", "4")
+    out = result.stdout.str()
+    assert result.ret == 1, out[-3000:]
+    assert re.search(
+        r"\[k2 check concurrent-streams\] y_probe_single_call: stream \d of 4 sent", out
+    )
+    assert re.search(r"^failed checks: concurrent-streams x[1-9]\d*$", out, re.MULTILINE), out[
+        -3000:
+    ]
 
 
 def test_stream_faults_are_caught_by_the_sse_checks(pytester, probes):

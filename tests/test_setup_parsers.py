@@ -78,7 +78,8 @@ def test_a_failed_install_step_names_pips_own_error_in_its_one_line(tmp_path):
     ]
     with pytest.raises(UsageError) as raised:
         parsers._step(environment, venv, fails, "install vllm-0.11.0.txt")
-    assert str(raised.value).startswith("environment vllm-0.11.0: could not install vllm-0.11.0.txt")
+    line = "environment vllm-0.11.0: could not install vllm-0.11.0.txt"
+    assert str(raised.value).startswith(line)
     assert "exit status 1, ERROR: Could not install packages" in str(raised.value)
     assert "No space left on device" in str(raised.value)
     assert "\nCollecting vllm\n" in (venv / "setup-parsers.log").read_text()

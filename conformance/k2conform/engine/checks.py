@@ -10,8 +10,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import threading
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Mapping
 
 import pytest
@@ -22,6 +24,14 @@ from k2conform.markers import LEAK_MARKERS
 from k2conform.model import StreamEvent, ToolCallDelta
 from k2conform.engine.plugin import SUMMARY_KEY, EngineSummary
 from k2conform.judge.stream import assemble
+from k2conform.judge.wire import (
+    RULES,
+    WireKind,
+    check_stream,
+    check_stream_vs_whole,
+    check_whole,
+    parse_sse,
+)
 from k2conform.reference.render import DEFAULT_SYSTEM_PROMPT
 
 CHECKS = {
@@ -39,6 +49,11 @@ CHECKS = {
     ),
     "stream-vs-whole": "streaming and non-streaming return the same calls and finish_reason",
     "summary": "schema accuracy and trigger agreement reach the thresholds",
+    # the wire contract, one check per kind (judge.wire.RULES: the rule and its source)
+    **{kind.value: f"({contract}) {rule}" for kind, (contract, rule) in RULES.items()},
+    "concurrent-streams": (
+        "a stream sent beside others (--k2-concurrency N) equals the same stream sent alone"
+    ),
 }
 _KIMI_ID = re.compile(r"^functions\.(?P<name>.+):(?P<index>\d+)$")
 _CORPUS = load_corpus(os.environ.get("K2CONFORM_PLUGIN_CORPUS") or None)
@@ -73,6 +88,7 @@ def engine(pytestconfig: pytest.Config) -> dict[str, Any]:
         "seed": pytestconfig.getoption("k2_seed"),
         "timeout": pytestconfig.getoption("k2_timeout"),
         "script": pytestconfig.getoption("k2_script"),
+        "concurrency": pytestconfig.getoption("k2_concurrency"),
     }
 
 
@@ -141,6 +157,60 @@ def _post_raw(engine: dict[str, Any], path: str, body: Mapping[str, Any]) -> Any
         if error.code in (404, 405):
             return None
         raise AssertionError(f"{path} answered HTTP {error.code}") from None
+
+
+def _post_wire(engine: dict[str, Any], probe: ProbeCase, stream: bool) -> str:
+    """The chat request as raw bytes on the wire (the ``openai`` client hides the SSE framing
+    and tolerates what the wire checks exist to catch); the reply's body as text."""
+    kwargs = _kwargs(engine, probe, probe.messages)
+    body = {**kwargs, **kwargs.pop("extra_body", {})}
+    if stream:
+        body |= {"stream": True, "stream_options": {"include_usage": True}}
+    headers = {"Content-Type": "application/json"}
+    if engine["key_var"]:
+        headers["Authorization"] = "Bearer " + os.environ[engine["key_var"]]
+    request = urllib.request.Request(
+        engine["url"] + "/chat/completions", data=json.dumps(body).encode(), headers=headers
+    )
+    with urllib.request.urlopen(request, timeout=engine["timeout"]) as response:  # noqa: S310 - user's URL
+        return response.read().decode("utf-8", errors="replace")
+
+
+def _ask_wire(engine: dict[str, Any], probe: ProbeCase) -> dict[str, Any]:
+    """One raw streamed and one raw non-streamed reply, and (``--k2-concurrency N``) N raw
+    streams sent at once."""
+    chunks, framing = parse_sse(_post_wire(engine, probe, stream=True))
+    whole = json.loads(_post_wire(engine, probe, stream=False))
+    crowd: list[Any] = []
+    if engine["concurrency"] > 1:
+        start = threading.Barrier(engine["concurrency"])
+
+        def one(_: int) -> list[dict[str, Any]]:
+            start.wait()
+            return parse_sse(_post_wire(engine, probe, stream=True))[0]
+
+        with ThreadPoolExecutor(engine["concurrency"]) as pool:
+            crowd = list(pool.map(one, range(engine["concurrency"])))
+    return {"chunks": chunks, "framing": framing, "whole": whole, "crowd": crowd}
+
+
+def _seen(chunks: list[dict[str, Any]]) -> tuple[Any, ...]:
+    """What a client keeps of a stream, less what differs by design between two requests (the
+    response id and time, usage): content, the calls' names and arguments, the finish_reason."""
+    content, calls, finish = [], {}, None
+    for chunk in chunks:
+        for choice in chunk.get("choices") or ():
+            delta = choice.get("delta") or {}
+            content.append(delta.get("content") or "")
+            for call in delta.get("tool_calls") or ():
+                name, arguments = calls.get(call.get("index"), ("", ""))
+                function = call.get("function") or {}
+                calls[call.get("index")] = (
+                    name + (function.get("name") or ""),
+                    arguments + (function.get("arguments") or ""),
+                )
+            finish = choice.get("finish_reason") or finish
+    return "".join(content), sorted(calls.items(), key=lambda item: str(item[0])), finish
 
 
 def _render(engine: dict[str, Any], messages: Any, tools: Any) -> str | None:
@@ -448,6 +518,31 @@ def test_probe_stream(engine, client, probe, replies, summary):
         f"ids {[c['id'] for c in whole['calls']]} non-streaming, "
         f"{[c['id'] for c in reply['calls']]} streaming",
     )
+    check.done()
+
+
+def test_probe_wire(engine, probe, replies, summary):
+    """The wire contract (judge.wire), on the raw SSE frames and JSON the server sends."""
+    reply = _reply(replies, (probe.id, "wire"), lambda: _ask_wire(engine, probe))
+    chunks = reply["chunks"]
+    violations = [
+        *reply["framing"],
+        *check_stream(chunks, include_usage=True),
+        *check_whole(reply["whole"]),
+        *check_stream_vs_whole(chunks, reply["whole"]),
+    ]
+    check = Checker(probe.id, summary)
+    for kind in WireKind:
+        found = [str(v) for v in violations if v.kind is kind]
+        check(kind.value, not found, "; ".join(found))
+    solo = _seen(chunks)
+    for n, other in enumerate(reply["crowd"]):
+        check(
+            "concurrent-streams",
+            _seen(other) == solo,
+            f"stream {n + 1} of {len(reply['crowd'])} sent at once: {_seen(other)!r}; "
+            f"alone: {solo!r}",
+        )
     check.done()
 
 

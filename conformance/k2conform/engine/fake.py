@@ -37,6 +37,19 @@ FAULTS: dict[str, str] = {
     "arguments-not-json": "every call's arguments lose their last character (not JSON)",
     "renamed-id": "every call id is renamed (call_<n>) instead of the model's functions.NAME:IDX",
     "no-tokenize": "the server has no /tokenize endpoint (404)",
+    # Wire faults (judge.wire): each breaks one rule of the SSE contract, parsers untouched.
+    "raw-stop-finish": "the finish_reason is the raw stop-token id, 'stop_163586' (ROCm/ATOM#1727)",
+    "chunk-after-finish": "an empty content chunk follows the finish chunk",
+    "usage-twice": "with stream_options.include_usage, the usage chunk is sent twice",
+    "content-twice": (
+        "the streamed content is sent again before the finish chunk (vllm-project/vllm PR #50367)"
+    ),
+    "no-done": "the stream ends without data: [DONE]",
+    "name-resent": "a call's name is sent again with its last argument chunk",
+    "calls-lost-under-concurrency": (
+        "a stream that starts while another is in flight loses its tool-call deltas and ends "
+        "with 'stop' (vllm-project/vllm#54701)"
+    ),
     # Not faults: what a conforming server may do, which the plugin must pass.
     "no-default-system-newline": (
         "(conforming) the injected default system prompt is followed by no newline"
@@ -75,6 +88,8 @@ class FakeEngine:
             raise RuntimeError(f"adapter {adapter}: {availability.status} {availability.reason}")
         self.lock = threading.Lock()  # adapters are not meant to be shared between threads
         self.requests = 0
+        self.in_flight = 0  # streams being sent now (the concurrency fault's trigger)
+        self.flight = threading.Lock()
 
     # --- generation -----------------------------------------------------------------------
 
@@ -181,9 +196,18 @@ class FakeEngine:
             },
         }
 
-    def chat_chunks(self, body: Mapping[str, Any]) -> Iterable[dict[str, Any]]:
+    def chat_chunks(
+        self, body: Mapping[str, Any], crowded: bool = False
+    ) -> Iterable[dict[str, Any]]:
+        """The chunks of a streamed reply; ``crowded``: another stream was in flight when this
+        one started (only the concurrency fault reads it)."""
         events, text = self.stream(body)
+        if crowded and "calls-lost-under-concurrency" in self.faults:
+            events = [
+                StreamEvent(content=e.content, reasoning=e.reasoning, tool_calls=()) for e in events
+            ]
         ident, created = f"chatcmpl-{self._next()}", int(time.time())
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
 
         def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
             return {
@@ -219,6 +243,8 @@ class FakeEngine:
                         function["name"] = d.name
                     if d.arguments is not None:
                         function["arguments"] = d.arguments
+                        if "name-resent" in self.faults and d.name is None:
+                            function["name"] = "again"
                     if function:
                         entry["function"] = function
                     calls.append(entry)
@@ -233,7 +259,29 @@ class FakeEngine:
             yield chunk(
                 {"tool_calls": [{"index": i, "function": {"arguments": "}"}} for i in sorted(seen)]}
             )
-        yield chunk({}, finish)
+        if "content-twice" in self.faults:
+            sent = "".join(e.content for e in events if e.content)
+            if sent:
+                yield chunk({"content": sent})
+        yield chunk({}, "stop_163586" if "raw-stop-finish" in self.faults else finish)
+        if "chunk-after-finish" in self.faults:
+            yield chunk({"content": ""})
+        if include_usage:
+            usage = {
+                "prompt_tokens": 0,
+                "completion_tokens": len(events),
+                "total_tokens": len(events),
+            }
+            for _ in range(2 if "usage-twice" in self.faults else 1):
+                yield {**chunk({}), "choices": [], "usage": usage}
+
+    def sse_frames(self, chunks: Iterable[dict[str, Any]]) -> list[bytes]:
+        """The SSE events of a streamed reply, ``data: [DONE]`` last, as vLLM frames them."""
+        done = [] if "no-done" in self.faults else ["[DONE]"]
+        return [
+            f"data: {data}\n\n".encode("utf-8")
+            for data in [json.dumps(c, ensure_ascii=False) for c in chunks] + done
+        ]
 
     def tokenize(self, body: Mapping[str, Any]) -> dict[str, Any]:
         from k2conform.reference.render import DEFAULT_SYSTEM_PROMPT, render
@@ -339,7 +387,16 @@ def _handler(engine: FakeEngine) -> type[BaseHTTPRequestHandler]:
                     if body.get("model") != engine.model:
                         self._error(404, f"the model {body.get('model')!r} does not exist")
                     elif body.get("stream"):
-                        self._sse(engine.chat_chunks(body))
+                        with engine.flight:
+                            crowded = engine.in_flight > 0
+                            engine.in_flight += 1
+                        try:
+                            if "calls-lost-under-concurrency" in engine.faults:
+                                time.sleep(0.2)  # a stream takes a while, as on a real engine
+                            self._sse(engine.chat_chunks(body, crowded))
+                        finally:
+                            with engine.flight:
+                                engine.in_flight -= 1
                     else:
                         self._json(200, engine.chat_response(body))
                 elif path in ("/tokenize", "/detokenize") and "no-tokenize" not in engine.faults:
@@ -359,8 +416,7 @@ def _handler(engine: FakeEngine) -> type[BaseHTTPRequestHandler]:
             self.send_header("Cache-Control", "no-cache")
             self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
-            for data in [json.dumps(c, ensure_ascii=False) for c in chunks] + ["[DONE]"]:
-                frame = f"data: {data}\n\n".encode("utf-8")
+            for frame in engine.sse_frames(chunks):
                 self.wfile.write(f"{len(frame):x}\r\n".encode() + frame + b"\r\n")
             self.wfile.write(b"0\r\n\r\n")
 

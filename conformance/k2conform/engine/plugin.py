@@ -105,6 +105,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption("--k2-timeout", type=float, default=120.0, help="seconds per request")
     group.addoption(
+        "--k2-concurrency",
+        type=int,
+        default=1,
+        help="also send each probe's stream N times at once; each must equal the stream sent "
+        "alone (state shared across requests, vllm-project/vllm#54701); default 1: off",
+    )
+    group.addoption(
         "--k2-min-schema-accuracy",
         type=float,
         default=1.0,

@@ -143,7 +143,8 @@ def reference_target(seen: Any = None) -> Callable[[bytes], None]:
         assert _observable(streamed) == _observable(whole), (fuzz, streamed, whole)
         assembled = assemble(events)
         # Marker bytes in content are a stream violation only where the one-shot content has
-        # none (the reference keeps a stray section end in text as content: see the README).
+        # none (the reference keeps a stray section end in text as content: docs/policies.md,
+        # Structure).
         leaks = any(m in (whole.content or "") for m in LEAK_MARKERS)
         violations = [v for v in assembled.violations if not (leaks and "marker bytes" in v)]
         assert not violations, (fuzz, violations)

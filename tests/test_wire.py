@@ -1,0 +1,179 @@
+"""The wire contract (k2conform.judge.wire): each rule catches its fault and nothing else, on
+the fake engine's own frames (no HTTP here; tests/test_engine_plugin.py runs the same faults
+through the plugin over loopback), and a conforming engine breaks none on any probe."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from k2conform.case.corpus import load_corpus
+from k2conform.engine.fake import FakeEngine
+from k2conform.judge.wire import (
+    RULES,
+    WireKind,
+    check_stream,
+    check_stream_vs_whole,
+    check_whole,
+    parse_sse,
+)
+
+PROBES = load_corpus().probes
+
+#: fault -> (the probe that shows it, the kind that must catch it); the concurrency fault is
+#: caught by comparing streams, not by one stream's rules (the plugin's concurrent-streams)
+WIRE_FAULTS = {
+    "raw-stop-finish": ("y_probe_single_call", WireKind.FINISH_VALUE),
+    "chunk-after-finish": ("y_probe_single_call", WireKind.AFTER_FINISH),
+    "usage-twice": ("y_probe_single_call", WireKind.USAGE),
+    "content-twice": ("y_probe_tool_choice_none", WireKind.STREAM_VS_WHOLE),
+    "no-done": ("y_probe_single_call", WireKind.SSE_FRAMING),
+    "name-resent": ("y_probe_single_call", WireKind.CALL_RESENT),
+}
+
+
+def _body(probe_id: str) -> dict:
+    probe = next(p for p in PROBES if p.id == probe_id)
+    return {
+        "model": "kimi-k2-fake",
+        "messages": list(probe.messages),
+        "tools": list(probe.tools),
+        "tool_choice": probe.tool_choice,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+
+
+def _violations(faults: list[str], probe_id: str, crowded: bool = False) -> list:
+    engine = FakeEngine(PROBES, faults=faults)
+    body = _body(probe_id)
+    text = b"".join(engine.sse_frames(engine.chat_chunks(body, crowded))).decode()
+    chunks, framing = parse_sse(text)
+    whole = engine.chat_response({**body, "stream": False})
+    return [
+        *framing,
+        *check_stream(chunks, include_usage=True),
+        *check_whole(whole),
+        *check_stream_vs_whole(chunks, whole),
+    ]
+
+
+@pytest.mark.parametrize("probe_id", [p.id for p in PROBES])
+def test_a_conforming_engine_breaks_no_wire_rule(probe_id):
+    assert _violations([], probe_id) == []
+
+
+@pytest.mark.parametrize("fault", sorted(WIRE_FAULTS))
+def test_each_wire_fault_is_caught_by_its_own_rule_alone(fault):
+    probe_id, kind = WIRE_FAULTS[fault]
+    found = _violations([fault], probe_id)
+    assert found and {v.kind for v in found} == {kind}, [str(v) for v in found]
+
+
+def test_calls_lost_beside_another_stream_leave_each_stream_self_consistent():
+    """vllm-project/vllm#54701's symptom is a stream that is well-formed alone: only comparing
+    it with the same request sent alone finds it (the plugin's concurrent-streams check)."""
+    assert _violations(["calls-lost-under-concurrency"], "y_probe_single_call", True) == []
+    engine = FakeEngine(PROBES, faults=["calls-lost-under-concurrency"])
+    body = _body("y_probe_single_call")
+    alone = list(engine.chat_chunks(body, crowded=False))
+    crowded = list(engine.chat_chunks(body, crowded=True))
+    assert [c["choices"][0]["finish_reason"] for c in alone if c["choices"]][-1] == "tool_calls"
+    assert [c["choices"][0]["finish_reason"] for c in crowded if c["choices"]][-1] == "stop"
+
+
+def _chunk(delta: dict, finish: str | None = None, index: int = 0) -> dict:
+    return {"choices": [{"index": index, "delta": delta, "finish_reason": finish}]}
+
+
+def _call(index: int, **fields) -> dict:
+    call: dict = {"index": index}
+    if "id" in fields:
+        call |= {"id": fields["id"], "type": "function"}
+    function = {k: fields[k] for k in ("name", "arguments") if k in fields}
+    if function:
+        call["function"] = function
+    return {"tool_calls": [call]}
+
+
+def _kinds(chunks: list[dict], include_usage: bool = False) -> list[WireKind]:
+    return [v.kind for v in check_stream(chunks, include_usage=include_usage)]
+
+
+def test_the_rules_of_one_stream():
+    first = _call(0, id="functions.f:0", name="f", arguments="")
+    done = _chunk({}, "tool_calls")
+    assert _kinds([_chunk(first), _chunk(_call(0, arguments="{}")), done]) == []
+    # a later chunk that re-sends the id, or a changed id
+    changed = check_stream(
+        [_chunk(first), _chunk(_call(0, id="x", arguments="{}")), done], include_usage=False
+    )
+    assert [v.kind for v in changed] == [WireKind.CALL_RESENT] and "became 'x'" in changed[0].detail
+    # the first chunk without a name; indexes from 1
+    assert _kinds([_chunk(_call(0, id="a", arguments="{}")), done]) == [WireKind.FIRST_CALL_CHUNK]
+    assert _kinds([_chunk(_call(1, id="a", name="f")), done]) == [WireKind.INDEX_ORDER]
+    # finish twice, never, tool_calls with no call, a chunk after the finish
+    assert _kinds([_chunk({"content": "a"}, "stop"), _chunk({}, "stop")]) == [
+        WireKind.AFTER_FINISH,
+        WireKind.FINISH_COUNT,
+    ]
+    assert _kinds([_chunk({"content": "a"})]) == [WireKind.FINISH_COUNT]
+    assert _kinds([_chunk({"content": "a"}, "tool_calls")]) == [WireKind.FINISH_VALUE]
+    # calls that end with stop are the finish_reason rule's (OpenAI's named tool_choice)
+    assert _kinds([_chunk(first), _chunk({}, "stop")]) == []
+    # usage: beside choices, not last, missing, or unasked
+    usage = {"choices": [], "usage": {"total_tokens": 1}}
+    ended = [_chunk({"content": "a"}, "stop")]
+    assert _kinds([*ended, usage], include_usage=True) == []
+    assert _kinds(ended, include_usage=True) == [WireKind.USAGE]
+    assert _kinds([*ended, usage]) == [WireKind.USAGE]
+    assert _kinds([usage, *ended], include_usage=True) == [WireKind.USAGE]
+    assert _kinds([*ended, {**ended[0], "usage": {"total_tokens": 1}}], include_usage=True) == [
+        WireKind.USAGE,
+        WireKind.AFTER_FINISH,
+        WireKind.FINISH_COUNT,
+    ]
+
+
+def test_framing():
+    good = 'data: {"choices": []}\n\n: a comment\n\ndata: [DONE]\n\n'
+    assert parse_sse(good) == ([{"choices": []}], [])
+    for body, needle in [
+        ('{"choices": []}\ndata: [DONE]\n', "not a data line"),
+        ("data: {oops\ndata: [DONE]\n", "not JSON"),
+        ('data: {"choices": []}\n', "never sends [DONE]"),
+        ('data: [DONE]\ndata: {"choices": []}\n', "after [DONE]"),
+        ("data: [1]\ndata: [DONE]\n", "not an object"),
+    ]:
+        framing = parse_sse(body)[1]
+        assert [v.kind for v in framing] == [WireKind.SSE_FRAMING] and needle in str(framing[0]), (
+            body
+        )
+
+
+def test_the_shape_of_a_reply_that_is_not_streamed():
+    call = {"id": "functions.f:0", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    reply = {
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "tool_calls": [call]},
+                "finish_reason": "tool_calls",
+            }
+        ]
+    }
+    assert check_whole(reply) == []
+    bad = json.loads(json.dumps(reply))
+    bad["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] = {}
+    bad["choices"][0]["message"]["role"] = None
+    assert [v.kind for v in check_whole(bad)] == [WireKind.WHOLE_SHAPE] * 2
+    assert [v.kind for v in check_whole({"choices": []})] == [WireKind.WHOLE_SHAPE]
+    raw = json.loads(json.dumps(reply))
+    raw["choices"][0]["finish_reason"] = "stop_163586"
+    assert [v.kind for v in check_whole(raw)] == [WireKind.FINISH_VALUE]
+
+
+def test_every_kind_has_a_rule_and_a_contract():
+    assert set(RULES) == set(WireKind)
+    assert {contract for contract, _ in RULES.values()} <= {"openai", "kvv"}
