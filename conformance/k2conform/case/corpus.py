@@ -170,7 +170,7 @@ class PromptCase:
 
 @dataclass(frozen=True)
 class ProbeCase:
-    """A conversation to send to a live engine (``"kind": "probe"``, README: Testing a live engine).
+    """A conversation to send to a live engine (``"kind": "probe"``, docs/engine-plugin.md).
 
     ``expect`` says whether the model should call tools (``calls``: required, none, any) and
     which names it may call; ``follow_up`` (multi-turn) holds the tool results to send back

@@ -62,7 +62,7 @@ TOKEN_ALIGNED_MODES = (
 TEXT_LEVEL_MODES = tuple(m for m in MODES if m not in TOKEN_ALIGNED_MODES)
 #: Modes a run makes only when asked (``--delivery``, or ``--opt-in`` beside the planned ones):
 #: ``stream-after-cutoff`` is known to equal ``stream-token`` cell for cell, and the release
-#: lanes' baselines were reviewed without ``stream-holdback`` (docs: README, Delivery modes).
+#: lanes' baselines were reviewed without ``stream-holdback`` (docs/cli.md, Delivery modes).
 OPT_IN_MODES = ("stream-after-cutoff", "stream-holdback")
 DEFAULT_MODES = tuple(
     m for m in MODES if m not in ("stream-recorded", *OPT_IN_MODES, *SERVER_MODES)

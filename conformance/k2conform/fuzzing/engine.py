@@ -180,7 +180,7 @@ class Engine:
         self, request: Request, text: str, variants: Sequence[dl.Delivery], expected: Result
     ) -> None:
         """The reference's parse of each delivery equals its one-shot parse, or a HarnessBug
-        (marker bytes it keeps in content are not a violation: see the README).  The
+        (marker bytes it keeps in content are not a violation: docs/policies.md, Structure).  The
         differential target runs it before it saves a finding and on a sample of inputs
         (:func:`k2conform.fuzzing.targets.differential_target`): on every input it took 8 % of
         an execution, and the reference's streaming is the reference target's to fuzz
