@@ -27,6 +27,24 @@ INPUTS = {
     "releases": [
         "corpus",
         "adapters/k2conform_adapters",
+        # the adapters no release environment runs: the servers' and the extra parsers' glue
+        *(
+            f":(exclude)adapters/k2conform_adapters/{name}.py"
+            for name in (
+                "vllm_server",
+                "vllm_forcing",
+                "vllm_model",
+                "vllm_hf_tokenizer",
+                "sglang_server",
+                "aphrodite_parser",
+                "easydel_parser",
+                "lmdeploy_parser",
+                "mlx_lm_parser",
+                "ms_swift_parser",
+                "vllm_mlx_parser",
+                "sglang_kt_parser",
+            )
+        ),
         "baseline-releases-vllm.json",
         "baseline-releases-sglang.json",
         "requirements",
