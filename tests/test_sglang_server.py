@@ -16,7 +16,7 @@ from k2conform import markers as mk
 from k2conform.judge.compare import compare_results
 from k2conform.delivery.modes import deliveries
 from k2conform.adapter.harness import execute
-from k2conform.model import Delta, Request
+from k2conform.model import Delta, Request, WireKind
 from k2conform.judge.stream import assemble
 
 GOLDEN = [
@@ -87,7 +87,8 @@ def test_the_real_handler_ran(adapter, tokenizer):
 
 def test_stream_opens_with_the_role_chunk_and_ids_once(adapter, tokenizer):
     pieces = [Delta(p, (i,)) for i, p in tokenizer.tokenize_spans(SINGLE)]
-    events = adapter.parse_stream(Request(tools=(WEATHER,)), pieces)
+    reply = adapter.parse_stream(Request(tools=(WEATHER,)), pieces)
+    events = reply.events
     assert (
         events[0].content == "" and not events[0].tool_calls
     )  # _generate_chat_stream's first chunk
@@ -95,6 +96,11 @@ def test_stream_opens_with_the_role_chunk_and_ids_once(adapter, tokenizer):
     assert not got.violations
     assert [(c.id, c.name, c.arguments) for c in got.result.tool_calls] == [
         ("functions.get_weather:0", "get_weather", '{"city": "Paris"}')
+    ]
+    # On the wire, SGLang 0.5.23 sends "type": "function" again with every argument chunk: an
+    # OpenAI client ignores it, KVV's stream spec does not (sgl-project/sglang#39897)
+    assert [(v.kind, v.detail.split(": ", 1)[1]) for v in reply.wire] == [
+        (WireKind.CALL_RESENT, "call 0 sends type again")
     ]
 
 
@@ -104,7 +110,9 @@ def test_thinking_routes_reasoning_through_the_configured_parser(adapter, tokeni
     whole = adapter.parse_whole(request, Delta(text))
     assert whole.reasoning == "Need the weather." and len(whole.tool_calls) == 1
     streamed = assemble(
-        adapter.parse_stream(request, [Delta(p, (i,)) for i, p in tokenizer.tokenize_spans(text)])
+        adapter.parse_stream(
+            request, [Delta(p, (i,)) for i, p in tokenizer.tokenize_spans(text)]
+        ).events
     )
     assert streamed.result.reasoning == "Need the weather." and len(streamed.result.tool_calls) == 1
 

@@ -10,9 +10,15 @@ import pytest
 
 from k2conform.case.corpus import load_corpus
 from k2conform.engine.fake import FakeEngine
+from k2conform.adapter.harness import execute
+from k2conform.adapter.protocol import request_line
+from k2conform.adapter.serve import answer
+from k2conform.delivery.modes import Delivery
+from k2conform.model import DIFF_FIELDS, CellOutcome, Delta, StreamReply, WireKind, WireViolation
+from k2conform.run.cell import judge
+from k2conform_adapters.reference import ReferenceAdapter
 from k2conform.judge.wire import (
     RULES,
-    WireKind,
     check_stream,
     check_stream_vs_whole,
     check_whole,
@@ -129,6 +135,13 @@ def test_the_rules_of_one_stream():
     assert _kinds(ended, include_usage=True) == [WireKind.USAGE]
     assert _kinds([*ended, usage]) == [WireKind.USAGE]
     assert _kinds([usage, *ended], include_usage=True) == [WireKind.USAGE]
+    # vLLM's continuous_usage_stats: usage on every chunk too, the usage-only chunk still last
+    each = [{**c, "usage": {"total_tokens": 1}} for c in ended]
+    assert check_stream([*each, usage], include_usage=True, continuous_usage=True) == []
+    assert [v.kind for v in check_stream(each, include_usage=True, continuous_usage=True)] == [
+        WireKind.USAGE
+    ]
+    assert _kinds([*each, usage], include_usage=True) == [WireKind.USAGE] * 2  # beside, twice
     assert _kinds([*ended, {**ended[0], "usage": {"total_tokens": 1}}], include_usage=True) == [
         WireKind.USAGE,
         WireKind.AFTER_FINISH,
@@ -177,3 +190,42 @@ def test_the_shape_of_a_reply_that_is_not_streamed():
 def test_every_kind_has_a_rule_and_a_contract():
     assert set(RULES) == set(WireKind)
     assert {contract for contract, _ in RULES.values()} <= {"openai", "kvv"}
+
+
+class _WireToy(ReferenceAdapter):
+    """A server adapter in miniature: the reference's parse, and a wire violation each way."""
+
+    name = "wire-toy"
+
+    def parse_whole(self, request, output):
+        result = super().parse_whole(request, output)
+        return result.with_meta(
+            wire_violations=[WireViolation(WireKind.WHOLE_SHAPE, "x").to_json()]
+        )
+
+    def parse_stream(self, request, deltas):
+        events = super().parse_stream(request, deltas)
+        return StreamReply(events, (WireViolation(WireKind.USAGE, "2 usage chunks"),))
+
+
+def test_a_server_adapters_wire_violations_are_findings_of_its_cell_by_kind():
+    """Through the harness and the judge: each violation is a difference named wire:KIND (the
+    baseline and the behaviour grouping key on it), on a cell that agrees otherwise; and
+    through the adapter protocol the violations arrive typed."""
+    case = next(c for c in load_corpus().completions if c.id == "y_spec_single_call")
+    adapter = _WireToy()
+    adapter.load()
+    whole = execute(adapter, case.request, Delivery("whole", (Delta(case.model_output),)))
+    outcome, diffs, _ = judge(case, whole, None)
+    assert outcome == CellOutcome.DIFFERS
+    assert [(d.field, d.observed) for d in diffs] == [("wire:whole-shape", "x")]
+    streamed = execute(
+        adapter, case.request, Delivery("stream-char", tuple(map(Delta, case.model_output)))
+    )
+    outcome, diffs, _ = judge(case, streamed, whole)
+    assert [(d.field, d.observed) for d in diffs] == [("wire:usage", "2 usage chunks")]
+    line = answer(
+        adapter, json.dumps(request_line("stream", case.request, (Delta(case.model_output),)))
+    )
+    assert line["wire"] == [{"kind": "usage", "detail": "2 usage chunks"}]
+    assert all(field in DIFF_FIELDS for field in (f"wire:{k.value}" for k in WireKind))

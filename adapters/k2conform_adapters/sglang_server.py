@@ -51,7 +51,16 @@ from k2conform.adapter import (
     require_api,
 )
 from k2conform.adapter.glue import case_request_fields
-from k2conform.model import Delta, Request, Result, StreamEvent, ToolCall, ToolCallDelta
+from k2conform.judge.wire import check_stream, check_whole, parse_sse
+from k2conform.model import (
+    Delta,
+    Request,
+    Result,
+    StreamEvent,
+    StreamReply,
+    ToolCall,
+    ToolCallDelta,
+)
 
 from k2conform_adapters.sglang_parser import SERVING_CHAT_OPTIONS
 
@@ -264,18 +273,31 @@ class SglangServerAdapter(Adapter):
             ToolCall(name=c.function.name, arguments=c.function.arguments, id=c.id)
             for c in message.tool_calls or ()
         )
+        meta = _meta(self._version, manager, response.choices[0].finish_reason)
+        wire = [v.to_json() for v in check_whole(response.model_dump(mode="json"))]
+        if wire:
+            meta["wire_violations"] = wire
         return Result(
             content=message.content,
             reasoning=message.reasoning_content or None,
             tool_calls=calls,
-            meta=_meta(self._version, manager, response.choices[0].finish_reason),
+            meta=meta,
         )
 
-    def parse_stream(self, request: Request, deltas: Sequence[Delta]) -> list[StreamEvent]:
+    def parse_stream(self, request: Request, deltas: Sequence[Delta]) -> StreamReply:
         chunks, _ = self._serve(request, deltas, stream=True)
         if not isinstance(chunks, list):
             _raise_error_response(chunks)
-        return sse_events(chunks)
+        events = sse_events(chunks)
+        options = case_request_fields(request, self.request_options)
+        stream_options = options.get("stream_options") or {}
+        data, wire = parse_sse("".join(chunks))
+        wire += check_stream(
+            data,
+            include_usage=bool(stream_options.get("include_usage")),
+            continuous_usage=bool(stream_options.get("continuous_usage_stats")),
+        )
+        return StreamReply(events, tuple(wire))
 
 
 def sse_events(chunks: Sequence[str]) -> list[StreamEvent]:

@@ -50,12 +50,14 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from k2conform import markers
 from k2conform.adapter import Adapter, AdapterGlueError, AdapterUnavailable, call_parser
 from k2conform.adapter.glue import RandomIds, event_of, tool_calls_of
-from k2conform.model import Delta, Request, Result, StreamEvent
+from k2conform.judge.wire import check_stream, check_whole, parse_sse
+from k2conform.model import Delta, Request, Result, StreamEvent, StreamReply
 from k2conform.resources import checkout_root
 from k2conform.run.cell import RETRY_FACTOR
 
@@ -546,7 +548,11 @@ class VllmServerAdapter(Adapter):
 
     def _whole(self, body: dict[str, Any], script: list[int]) -> Result:
         client = self.client()
-        reply = call_parser(_reconnecting, lambda: client.chat.completions.create(**body))
+        raw = call_parser(
+            _reconnecting, lambda: client.chat.completions.with_raw_response.create(**body)
+        )
+        wire = [v.to_json() for v in check_whole(raw.http_response.json())]
+        reply = call_parser(raw.parse)
         choice = reply.choices[0]
         message = choice.message
         extra = message.model_extra or {}
@@ -555,6 +561,8 @@ class VllmServerAdapter(Adapter):
         meta = {"finish_reason": choice.finish_reason, "script_tokens": len(script)}
         if returned is not None:
             meta["forced"] = list(returned[: len(script)]) == script
+        if wire:
+            meta["wire_violations"] = wire
         return Result(
             content=message.content,
             reasoning=extra.get("reasoning") or extra.get("reasoning_content"),
@@ -562,16 +570,37 @@ class VllmServerAdapter(Adapter):
             meta=meta,
         )
 
-    def parse_stream(self, request: Request, deltas: Sequence[Delta]) -> list[StreamEvent]:
+    def parse_stream(self, request: Request, deltas: Sequence[Delta]) -> StreamReply:
         script = _script(deltas)
         body = self._body(request, script, stream=True)
+        stream_options = body.get("stream_options") or {}
 
         client = self.client()
 
-        def collect() -> list[StreamEvent]:
+        def collect() -> StreamReply:
+            """The raw SSE bytes, checked against the wire contract, then read as the
+            ``openai`` client reads them (an error chunk raises its APIError)."""
+            import openai
+
+            with client.chat.completions.with_streaming_response.create(**body) as response:
+                text = "\n".join(response.iter_lines())
+                request_sent = response.http_request
+            chunks, wire = parse_sse(text)
+            wire += check_stream(
+                chunks,
+                include_usage=bool(stream_options.get("include_usage")),
+                continuous_usage=bool(stream_options.get("continuous_usage_stats")),
+            )
             events: list[StreamEvent] = []
             ids = RandomIds.chatcmpl()
-            for chunk in client.chat.completions.create(**body):
+            for data in chunks:
+                if data.get("error"):
+                    error = data["error"]
+                    message = error.get("message") if isinstance(error, dict) else None
+                    raise openai.APIError(
+                        message or "An error occurred during streaming", request_sent, body=error
+                    )
+                chunk = _fields(data)
                 if not chunk.choices:
                     continue  # the usage chunk (stream_options.include_usage)
                 # vLLM's ``DeltaMessage.reasoning`` arrives as an extra field of the client's
@@ -582,9 +611,25 @@ class VllmServerAdapter(Adapter):
                     event = (event or StreamEvent())._replace(finish_reason=choice.finish_reason)
                 if event is not None:
                     events.append(event)
-            return events
+            return StreamReply(events, tuple(wire))
 
         return call_parser(_reconnecting, collect)
+
+
+class _Fields(SimpleNamespace):
+    """A chunk's JSON object with attribute access, an absent field read as None (as the
+    ``openai`` client's models read it)."""
+
+    def __getattr__(self, name: str) -> Any:
+        return None
+
+
+def _fields(value: Any) -> Any:
+    if isinstance(value, dict):
+        return _Fields(**{key: _fields(item) for key, item in value.items()})
+    if isinstance(value, list):
+        return [_fields(item) for item in value]
+    return value
 
 
 #: Attempts at a request whose connection fails before any reply (a refused or reset

@@ -60,9 +60,46 @@ SEVERITY = (
     CellOutcome.IMPL_DEFINED,
     CellOutcome.AGREE,
 )
+
+
+class WireKind(StrEnum):
+    """One rule of a server's wire contract each (``judge.wire.RULES``: the rule and its
+    source); the value is the check's name in every report."""
+
+    SSE_FRAMING = "sse-framing"
+    FIRST_CALL_CHUNK = "first-call-chunk"
+    CALL_RESENT = "call-resent"
+    INDEX_ORDER = "index-order"
+    FINISH_COUNT = "finish-count"
+    FINISH_VALUE = "finish-value"
+    AFTER_FINISH = "after-finish"
+    USAGE = "usage"
+    STREAM_VS_WHOLE = "stream-vs-whole-content"
+    WHOLE_SHAPE = "whole-shape"
+
+
+@dataclass(frozen=True)
+class WireViolation:
+    """A server's bytes broke one rule of the wire contract: a finding of the server."""
+
+    kind: WireKind
+    detail: str
+
+    def __str__(self) -> str:
+        return f"[{self.kind.value}] {self.detail}"
+
+    def to_json(self) -> dict[str, str]:
+        return {"kind": self.kind.value, "detail": self.detail}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> WireViolation:
+        return cls(WireKind(data["kind"]), str(data["detail"]))
+
+
 #: The closed set of fields a difference can name, in report order.
 #: ``grammar``: an engine's grammar rejects a well-formed output or admits one outside its
-#: request (``k2conform grammar``).
+#: request (``k2conform grammar``).  ``wire:KIND``: a server's bytes break that rule of the
+#: wire contract (``judge.wire``: the SSE framing, usage, the finish_reason's value, ...).
 DIFF_FIELDS = (
     "count",
     "name",
@@ -73,6 +110,7 @@ DIFF_FIELDS = (
     "index",
     "stream-invariant",
     "finish_reason",
+    *(f"wire:{kind.value}" for kind in WireKind),
     "grammar",
 )
 
@@ -232,6 +270,15 @@ def join_text(parts: Sequence[str | None]) -> str | None:
     """Concatenate optional text pieces; ``None`` when nothing was sent."""
     pieces = [p for p in parts if p is not None]
     return "".join(pieces) if pieces else None
+
+
+class StreamReply(NamedTuple):
+    """What a server adapter's ``parse_stream`` may return instead of the bare events: the
+    events, and the wire contract's violations in the bytes it read (``judge.wire``), which
+    the events alone cannot show (SSE framing, usage, the finish_reason's value)."""
+
+    events: list[StreamEvent]
+    wire: tuple[WireViolation, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -55,7 +55,7 @@ from k2conform.adapter.protocol import (
     split_spec,
 )
 from k2conform.errors import UsageError
-from k2conform.model import Delta, Request, Result, StreamEvent
+from k2conform.model import Delta, Request, Result, StreamEvent, StreamReply, WireViolation
 
 #: The hello's deadline is ``max(HANDSHAKE_FLOOR, HANDSHAKE_FACTOR × the cell deadline)``.
 HANDSHAKE_FLOOR = 10.0
@@ -385,12 +385,18 @@ class CommandAdapter(Adapter):
             self.close()
             raise ParserCrash(error) from None
 
-    def parse_stream(self, request: Request, deltas: Sequence[Delta]) -> list[StreamEvent]:
+    def parse_stream(
+        self, request: Request, deltas: Sequence[Delta]
+    ) -> list[StreamEvent] | StreamReply:
         response = self._exchange(request_line("stream", request, deltas))
         try:
             if "events" not in response:
                 raise_failure(response)
-            return events_line(response)
+            events = events_line(response)
+            wire = response.get("wire")
+            if wire:
+                return StreamReply(events, tuple(WireViolation.from_json(v) for v in wire))
+            return events
         except ProtocolError as error:
             self.close()
             raise ParserCrash(error) from None

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from types import ModuleType
 from typing import Any, Callable, ClassVar, Iterator, Sequence, TypeVar
 
-from k2conform.model import Delta, Request, Result, StreamEvent
+from k2conform.model import Delta, Request, Result, StreamEvent, StreamReply
 
 T = TypeVar("T")
 
@@ -149,5 +149,8 @@ class Adapter(ABC):
         """Parse the complete output with the one-shot API."""
 
     @abstractmethod
-    def parse_stream(self, request: Request, deltas: Sequence[Delta]) -> list[StreamEvent]:
-        """Feed the deltas one by one to the streaming API; return every delta message sent."""
+    def parse_stream(
+        self, request: Request, deltas: Sequence[Delta]
+    ) -> list[StreamEvent] | StreamReply:
+        """Feed the deltas one by one to the streaming API; return every delta message sent
+        (a server adapter: with the wire contract's violations, a ``StreamReply``)."""

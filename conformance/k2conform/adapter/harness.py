@@ -11,8 +11,8 @@ from typing import Callable, TypeVar
 
 from k2conform.adapter.contract import Adapter, AdapterGlueError, AdapterUnavailable, ParserCrash
 from k2conform.delivery.modes import Delivery
-from k2conform.model import Request, Result
-from k2conform.judge.stream import assemble
+from k2conform.model import Request, Result, StreamEvent, StreamReply, WireViolation
+from k2conform.judge.stream import Assembled, assemble
 
 T = TypeVar("T")
 
@@ -36,23 +36,37 @@ def guarded(call: Callable[[], T]) -> T | Result:
         )
 
 
+def _assembled(
+    reply: list[StreamEvent] | StreamReply,
+) -> tuple[Assembled, tuple[WireViolation, ...]]:
+    """The stream as a client reassembles it, and the wire violations a server adapter read.
+    (Called on the adapter's reply, not around the call: the parser runs at the stack depth
+    it always ran at, which decides where a deeply nested output hits Python's recursion
+    limit.)"""
+    if isinstance(reply, StreamReply):
+        return assemble(reply.events), reply.wire
+    return assemble(reply), ()
+
+
 def execute(adapter: Adapter, request: Request, delivery: Delivery) -> Result:
     """The adapter's result for this delivery, with outcome and provenance in ``meta``.  A
     delivery's prelude goes through the same adapter first, as an earlier request; what the
     parser made of it is not judged, only whether it then crashed (``meta.prelude``)."""
     prelude = None
     if delivery.prelude:
-        earlier = guarded(lambda: assemble(adapter.parse_stream(request, delivery.prelude)))
+        earlier = guarded(lambda: _assembled(adapter.parse_stream(request, delivery.prelude)))
         prelude = earlier.outcome.value if isinstance(earlier, Result) else "ok"
     if delivery.streaming:
-        assembled = guarded(lambda: assemble(adapter.parse_stream(request, delivery.deltas)))
-        result = (
-            assembled
-            if isinstance(assembled, Result)
-            else assembled.result.with_meta(
+        streamed = guarded(lambda: _assembled(adapter.parse_stream(request, delivery.deltas)))
+        if isinstance(streamed, Result):
+            result = streamed
+        else:
+            assembled, wire = streamed
+            result = assembled.result.with_meta(
                 chunks=assembled.chunks, stream_violations=list(assembled.violations)
             )
-        )
+            if wire:
+                result = result.with_meta(wire_violations=[v.to_json() for v in wire])
     else:
         (output,) = delivery.deltas
         result = guarded(lambda: adapter.parse_whole(request, output))

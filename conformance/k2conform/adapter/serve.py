@@ -21,7 +21,7 @@ from typing import Any, TextIO
 from k2conform.adapter.contract import Adapter
 from k2conform.delivery.modes import Delivery
 from k2conform.adapter.harness import execute, guarded
-from k2conform.model import Result
+from k2conform.model import Result, StreamReply
 from k2conform.adapter.registry import create_adapter, load
 from k2conform.adapter.protocol import PROTOCOL, ProtocolError, is_command_spec, parse_request_line
 
@@ -74,10 +74,14 @@ def answer(adapter: Adapter, line: str) -> dict[str, Any]:
     if mode == "whole":
         result = execute(adapter, request, Delivery("whole", deltas))
         return result.to_json()
-    events = guarded(lambda: adapter.parse_stream(request, deltas))
-    if isinstance(events, Result):
-        return {"outcome": events.outcome.value, "error": events.error}
-    return {"events": [event.to_json() for event in events if event is not None]}
+    reply = guarded(lambda: adapter.parse_stream(request, deltas))
+    if isinstance(reply, Result):
+        return {"outcome": reply.outcome.value, "error": reply.error}
+    events, wire = reply if isinstance(reply, StreamReply) else (reply, ())
+    line: dict[str, Any] = {"events": [event.to_json() for event in events if event is not None]}
+    if wire:
+        line["wire"] = [v.to_json() for v in wire]
+    return line
 
 
 def cmd_serve_adapter(args: argparse.Namespace) -> int:

@@ -24,9 +24,9 @@ from k2conform.markers import LEAK_MARKERS
 from k2conform.model import StreamEvent, ToolCallDelta
 from k2conform.engine.plugin import SUMMARY_KEY, EngineSummary
 from k2conform.judge.stream import assemble
+from k2conform.model import WireKind
 from k2conform.judge.wire import (
     RULES,
-    WireKind,
     check_stream,
     check_stream_vs_whole,
     check_whole,

@@ -14,29 +14,14 @@ hold where OpenAI's are looser).  A violation is a finding of the server, never 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from enum import Enum
 from typing import Any, Iterable, Mapping, Sequence
+
+from k2conform.model import WireKind, WireViolation
 
 #: The finish reasons a chat completion may end with (OpenAI's list, less the deprecated
 #: ``function_call`` and ``content_filter``, which no Kimi server produces: a server that
 #: ends with them is reported, and the baseline says whether it may).
 FINISH_REASONS = frozenset({"stop", "tool_calls", "length"})
-
-
-class WireKind(str, Enum):
-    """One check of the wire contract each; the value is the check's name in every report."""
-
-    SSE_FRAMING = "sse-framing"
-    FIRST_CALL_CHUNK = "first-call-chunk"
-    CALL_RESENT = "call-resent"
-    INDEX_ORDER = "index-order"
-    FINISH_COUNT = "finish-count"
-    FINISH_VALUE = "finish-value"
-    AFTER_FINISH = "after-finish"
-    USAGE = "usage"
-    STREAM_VS_WHOLE = "stream-vs-whole-content"
-    WHOLE_SHAPE = "whole-shape"
 
 
 #: kind -> (contract, the rule it holds)
@@ -71,7 +56,8 @@ RULES: dict[WireKind, tuple[str, str]] = {
     WireKind.USAGE: (
         "openai",
         "with stream_options.include_usage, exactly one chunk carries usage, last, with an empty "
-        "choices list; without it, no chunk does",
+        "choices list; without it, no chunk does (vLLM's stream_options.continuous_usage_stats "
+        "adds usage to every chunk, and is held to the same usage-only last chunk)",
     ),
     WireKind.STREAM_VS_WHOLE: (
         "openai",
@@ -85,15 +71,6 @@ RULES: dict[WireKind, tuple[str, str]] = {
         "streamed list",
     ),
 }
-
-
-@dataclass(frozen=True)
-class WireViolation:
-    kind: WireKind
-    detail: str
-
-    def __str__(self) -> str:
-        return f"[{self.kind.value}] {self.detail}"
 
 
 def parse_sse(body: str) -> tuple[list[dict[str, Any]], list[WireViolation]]:
@@ -141,9 +118,11 @@ def parse_sse(body: str) -> tuple[list[dict[str, Any]], list[WireViolation]]:
 
 
 def check_stream(
-    chunks: Sequence[Mapping[str, Any]], *, include_usage: bool
+    chunks: Sequence[Mapping[str, Any]], *, include_usage: bool, continuous_usage: bool = False
 ) -> list[WireViolation]:
-    """Every chunk rule of the contract, over the chunks of one streamed reply."""
+    """Every chunk rule of the contract, over the chunks of one streamed reply.
+    ``continuous_usage``: the request asked for vLLM's ``stream_options.continuous_usage_stats``,
+    usage on every chunk as well (the usage-only chunk still comes last)."""
     out: list[WireViolation] = []
     finished: dict[int, tuple[int, str]] = {}  # choice -> (chunk number, finish_reason)
     sent: dict[int, dict[int, str | None]] = {}  # choice -> call index -> its id
@@ -151,7 +130,7 @@ def check_stream(
     usage_at: list[int] = []
     for number, chunk in enumerate(chunks):
         choices = chunk.get("choices") or []
-        if chunk.get("usage"):
+        if chunk.get("usage") and not (continuous_usage and choices):
             usage_at.append(number)
             if choices:
                 out.append(

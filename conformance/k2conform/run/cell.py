@@ -20,7 +20,16 @@ from k2conform.delivery import modes as dl
 from k2conform.delivery.modes import Delivery
 from k2conform.errors import UsageError
 from k2conform.judge.compare import compare_arguments, compare_results
-from k2conform.model import SEVERITY, Cell, CellOutcome, FieldDiff, Request, Result, ResultOutcome
+from k2conform.model import (
+    SEVERITY,
+    Cell,
+    CellOutcome,
+    FieldDiff,
+    Request,
+    Result,
+    ResultOutcome,
+    WireViolation,
+)
 
 #: A cell past its deadline is run once more with this many times the deadline before it is a
 #: ``timeout`` finding: on a loaded machine a first timeout says little about the parser.
@@ -223,7 +232,7 @@ def judge(
     """One delivered result against the case's expectation and the stream invariants."""
     if result.outcome != ResultOutcome.OK:
         return CellOutcome(result.outcome.value), [], result
-    diffs = _stream_diffs(result, whole)
+    diffs = _stream_diffs(result, whole) + _wire_diffs(result)
     if case.verdict != "i" and case.expected is not None:
         diffs = (
             compare_results(case.expected.as_result(), result)
@@ -244,6 +253,13 @@ def _finish_diffs(expected: Expectation, result: Result) -> list[FieldDiff]:
     if observed is None or observed == wanted:
         return []
     return [FieldDiff("finish_reason", wanted, observed, "text")]
+
+
+def _wire_diffs(result: Result) -> list[FieldDiff]:
+    """A server's wire contract (``judge.wire``), as its adapter read it off the bytes: each
+    violation a finding of the server, field ``wire:KIND``."""
+    violations = [WireViolation.from_json(v) for v in result.meta.get("wire_violations") or ()]
+    return [FieldDiff(f"wire:{v.kind.value}", None, v.detail, "stream") for v in violations]
 
 
 def _stream_diffs(result: Result, whole: Result | None) -> list[FieldDiff]:
