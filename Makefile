@@ -34,18 +34,20 @@ grammars: setup
 	$(BIN)/k2conform setup-parsers grammar-vllm grammar-sglang
 
 # The developer lane (README: Tests): every test marked with none of tests/lanes.py's lanes.
-# Files go to workers whole (--dist loadfile), so a file's session fixture (the matrix run, the
-# report) is made once, not once a worker.
+# Files go to workers whole, so a file's module fixture (the matrix run, the report, the real
+# server) is made once, not once a worker: --dist loadfile for the developer lane; the other
+# lanes use loadgroup (one group per file, tests/conftest.py), so a file of independent slow
+# tests (SPREAD_ACROSS_WORKERS) is spread over both workers.
 DEV_LANE := not (server or grammar or extra or llama_cpp or slow)
-PYTEST := $(BIN)/python -m pytest -n $(JOBS) --dist loadfile
+PYTEST := $(BIN)/python -m pytest -n $(JOBS)
 
 test: setup
-	$(PYTEST) -m "$(DEV_LANE)"
+	$(PYTEST) --dist loadfile -m "$(DEV_LANE)"
 
 # The other lanes' tests (.ci/run runs them after `make test`): the real vLLM server, the
 # grammars, the extra parsers and the older releases, and the slow whole-corpus tests.
 test-lanes: setup servers grammars parsers-extra
-	$(PYTEST) -m "server or grammar or extra or slow"
+	$(PYTEST) --dist loadgroup -m "server or grammar or extra or slow"
 
 # The grammar lane: each engine's grammar against its own parser (docs/grammar.md), gated by
 # its own reviewed baseline.
@@ -70,7 +72,7 @@ matrix-servers-guard:
 # run through the adapter protocol.  Not part of `setup`: about 450 MB of wheels and 3-4
 # minutes more on a fresh machine.
 parsers-extra: setup
-	$(BIN)/k2conform setup-parsers --all
+	$(BIN)/k2conform setup-parsers --all --jobs $(JOBS)
 
 # The extra parsers' lane: reference + the extra parsers the reviewed baseline-extra.json covers
 # (each through its own venv), gated by it.  The default --timeout (20 s) is the one the

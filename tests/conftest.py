@@ -19,6 +19,17 @@ def corpus() -> Corpus:
     return load_corpus()
 
 
+def pytest_collection_modifyitems(config, items):
+    """One xdist group per file (``--dist loadgroup`` then sends files to workers whole, as
+    ``loadfile`` would), except in a file that sets ``SPREAD_ACROSS_WORKERS = True``: its
+    tests share nothing costly and go to whichever worker is free (test_more_parsers: one
+    subprocess per environment, 7 minutes on one worker)."""
+    for item in items:
+        module = getattr(item, "module", None)
+        if module is not None and not getattr(module, "SPREAD_ACROSS_WORKERS", False):
+            item.add_marker(pytest.mark.xdist_group(module.__name__))
+
+
 def pytest_configure(config):
     """The lane markers, declared once in ``tests/lanes.py`` (``--strict-markers`` holds
     every test to them)."""

@@ -14,6 +14,7 @@ import pytest
 from lanes import LANES, REQUIRE, missing
 
 ROOT = Path(__file__).resolve().parent.parent
+MAKEFILE = (ROOT / "Makefile").read_text()
 
 
 def _make_variable(name: str) -> str:
@@ -29,7 +30,9 @@ def _markers(expression: str) -> set[str]:
 def test_the_developer_lane_leaves_out_every_lane_and_ci_runs_the_rest():
     assert _markers(_make_variable("DEV_LANE")) == set(LANES)
     makefile = (ROOT / "Makefile").read_text()
-    lanes_run = re.search(r'^test-lanes:.*\n\t\$\(PYTEST\) -m "([^"]*)"', makefile, re.MULTILINE)
+    lanes_run = re.search(
+        r'^test-lanes:.*\n\t\$\(PYTEST\) --dist loadgroup -m "([^"]*)"', makefile, re.MULTILINE
+    )
     assert lanes_run and _markers(lanes_run.group(1)) == set(LANES) - {"llama_cpp"}
     ci = (ROOT / ".ci" / "run").read_text()
     for target in ("test", "test-lanes", "matrix-grammar", "matrix-extra-parsers"):
@@ -94,3 +97,17 @@ def test_a_stamped_lane_runs_in_full_exactly_when_an_input_changed(tmp_path, lan
     assert _lanes(repo, "check", lane).returncode == 1
     usage = _lanes(repo, "check", "nosuch")
     assert usage.returncode == 2 and usage.stderr.count("\n") == 1
+
+
+def test_only_files_without_a_shared_fixture_are_spread_across_workers():
+    """--dist loadgroup with one group per file (tests/conftest.py) keeps each file's module
+    fixture to one worker; a file that opts out must have no such fixture to make twice."""
+    assert re.search(r"^test-lanes:.*\n\t\$\(PYTEST\) --dist loadgroup ", MAKEFILE, re.M)
+    spread = [
+        path
+        for path in sorted((ROOT / "tests").glob("test_*.py"))
+        if re.search(r"^SPREAD_ACROSS_WORKERS = True$", path.read_text(), re.MULTILINE)
+    ]
+    assert spread, "test_more_parsers spreads its subprocess tests"
+    for path in spread:
+        assert not re.search(r'scope="(module|session)"', path.read_text()), path.name

@@ -18,6 +18,9 @@ from lanes import missing
 from k2conform.adapter.registry import create_adapter, load
 
 ROOT = Path(__file__).resolve().parent.parent
+#: every test here is one subprocess of its own (no module fixture): tests/conftest.py spreads
+#: them over the workers instead of sending the file to one
+SPREAD_ACROSS_WORKERS = True
 VENVS = Path(os.environ.get("K2CONFORM_VENVS", ROOT / ".venvs"))
 PINNED = {
     "aphrodite": "0.24.1",

@@ -125,3 +125,45 @@ def test_adapter_options_can_be_narrowed_to_the_environments_a_baseline_vouches_
 
     assert set(listed()) == {"sglang-0.5.14", "vllm-0.30.0"}
     assert listed(baseline=baseline) == ["vllm-0.30.0"]
+
+
+def test_jobs_build_the_base_first_then_the_rest_at_once(monkeypatch, tmp_path):
+    """--all --jobs 2: the project venv every release layer is laid over is built alone and
+    first; every other environment is built once, two at a time; --jobs 0 is one line, exit 2."""
+    import argparse
+    import threading
+
+    built: list[str] = []
+    running, most = [0], [0]
+    lock = threading.Lock()
+    both = threading.Barrier(2, timeout=1)
+
+    def fake_install(environment, root, spec):
+        with lock:
+            built.append(environment.name)
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        if environment.over:
+            try:
+                both.wait()  # two layers in flight together, or a timeout
+            except threading.BrokenBarrierError:
+                pass
+        with lock:
+            running[0] -= 1
+
+    monkeypatch.setattr(parsers, "install", fake_install)
+    monkeypatch.setattr(parsers, "installed", lambda environment, root: False)
+    monkeypatch.setattr(parsers.Environment, "adapter_options", lambda self, root: [])
+    args = argparse.Namespace(
+        names=[], all=True, adapters=False, baseline=None, venv_root=tmp_path, k2conform="x",
+        force=False, base=None, source=None, jobs=2,
+    )  # fmt: skip
+    assert parsers.cmd_setup_parsers(args) == 0
+    known = environments()
+    expected = {n for n, e in known.items() if e.extra or e.into_current}
+    assert sorted(built) == sorted(expected)
+    bases = {e.over for e in known.values() if e.over}
+    assert bases and set(built[: len(bases)]) == bases
+    assert most[0] == 2
+    with pytest.raises(UsageError, match="--jobs must be at least 1, not 0"):
+        parsers.cmd_setup_parsers(argparse.Namespace(**{**vars(args), "jobs": 0}))

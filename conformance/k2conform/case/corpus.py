@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from k2conform.model import Delta, Request, Result, ToolCall, dumps_canonical
+from k2conform.model import Request, Result, ToolCall, dumps_canonical
 from k2conform.resources import bundled
 
 #: The folder of a corpus holding the case sources (data the generator expands, not cases).
@@ -680,11 +680,6 @@ class FieldChecker:
 
 def _join(where: str, key: str) -> str:
     return f"{where}.{key}" if where else key
-
-
-def deltas_of(case: CompletionCase) -> tuple[Delta, ...] | None:
-    """The case's own recorded deltas, when it has them."""
-    return None if case.deltas is None else tuple(Delta(d) for d in case.deltas)
 
 
 def add_case_options(p: argparse.ArgumentParser) -> None:

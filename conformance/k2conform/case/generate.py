@@ -368,13 +368,6 @@ def generate_cases(
     return _build(seed, sources).cases
 
 
-def generate_prompt_cases(
-    seed: int = DEFAULT_SEED, sources: Sources | None = None
-) -> list[PromptCase]:
-    """The generated prompt (render) cases."""
-    return _build(seed, sources).prompts
-
-
 def group_of(case: CompletionCase | PromptCase) -> str:
     """The folder of a case: its class (first tag) prefix in lower case (``ID.x`` -> ``id``)."""
     return case.tags[0].split(".")[0].lower()

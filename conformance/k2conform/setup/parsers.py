@@ -401,6 +401,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--force", action="store_true", help="rebuild even when already built")
     p.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        metavar="N",
+        help="build N environments at once (their layers' base first); default 1",
+    )
+    p.add_argument(
         "--adapters",
         action="store_true",
         help="print the --adapter options of the built environments",
@@ -448,13 +455,34 @@ def cmd_setup_parsers(args: argparse.Namespace) -> int:
         selected = [source_candidate(names[0], args.source, args.base, root)]
     else:
         selected = [known[n] if n in known else candidate(n, root) for n in names]
+    if args.jobs < 1:
+        raise UsageError(f"--jobs must be at least 1, not {args.jobs}")
     checkout = checkout_root()
     spec = args.k2conform or (str(checkout) if checkout else None)
-    for environment in selected:
+
+    def build(environment: Environment) -> None:
         if installed(environment, root) and not args.force and _fresh(environment, root):
-            print(f"== {environment.name}: up to date ({environment.venv(root)})")
+            print(f"== {environment.name}: up to date ({environment.venv(root)})", flush=True)
         else:
             install(environment, root, spec)
+
+    # A base another selected environment is laid over is built first, alone; the rest are
+    # independent of each other (each its own venv) and are built --jobs at a time.
+    bases = {e.over for e in selected if e.over}
+    first = [e for e in selected if e.name in bases]
+    for environment in first:
+        build(environment)
+    rest = [e for e in selected if e.name not in bases]
+    if args.jobs == 1 or len(rest) < 2:
+        for environment in rest:
+            build(environment)
+    else:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(args.jobs) as pool:
+            for _ in pool.map(build, rest):  # the first failure, in order, as its one line
+                pass
+    for environment in selected:
         if args.source:
             files = overlay(environment, names[0], args.source, root)
             print(

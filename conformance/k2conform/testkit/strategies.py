@@ -40,7 +40,6 @@ settings.register_profile(
 
 _LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 _NON_ASCII_LETTERS = "éüßçñøåжщкπλ天气查询ツール"
-_WORD = st.text(alphabet=_LETTERS + "_", min_size=1, max_size=12)
 
 
 @st.composite
