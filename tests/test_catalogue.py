@@ -283,8 +283,9 @@ def test_a_server_adapter_is_built_inside_its_run_session(tmp_path, corpus, monk
 def test_a_report_without_a_script_is_no_script_not_unreproduced(
     tmp_path, monkeypatch, writes_script, state
 ):
-    """report-finding exits 1 both when its script did not reproduce the finding and when the
-    adapter has no reproduction template; only a script that ran can fail to reproduce."""
+    """report-finding exits 1 when its script did not reproduce the finding and 2 ("no
+    script") when the adapter has no reproduction template; only a script that ran can fail
+    to reproduce."""
     import shutil
 
     import k2conform.cli
@@ -299,7 +300,8 @@ def test_a_report_without_a_script_is_no_script_not_unreproduced(
         path.with_suffix(".md").write_text("report")
         if writes_script:
             path.with_suffix(".py").write_text("script")
-        return 1
+            return 1
+        return 2
 
     monkeypatch.setattr(k2conform.cli, "main", report_finding)
     assert write_report("vllm", path, seed=1, timeout=5.0, run_script=True) == state

@@ -331,8 +331,9 @@ def test_the_repro_command_is_report_finding_with_the_cli_s_own_flags_and_reprod
         "--out",
         str(out),
     )
-    # the report is written; 1: the reference adapter has no standalone script to reproduce with
-    assert done.returncode == 1, done.stderr
+    # the report is written; 2, "no script": the reference adapter has no standalone script
+    assert done.returncode == 2, done.stderr
+    assert "NO SCRIPT: the reference adapter" in done.stderr and "script to" not in done.stderr
     assert "**Finding**: differs (arguments) in delivery `whole`" in out.read_text()
     crash = behaviours(page, TOY)[0].one("code", "cmd").text()
     words = shlex.split(crash)

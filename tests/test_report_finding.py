@@ -200,3 +200,21 @@ def test_a_plugin_script_without_context_parameters(tmp_path, corpus):
     assert halted in blocked["stderr"], blocked["stderr"]
     third_party = run_script("import pytest\n")  # site-packages, where the parser lives, stay
     assert third_party["status"] == 0, third_party["stderr"]
+
+
+def test_an_adapter_without_a_reproduction_template_is_no_script(tmp_path, monkeypatch, capsys):
+    """Nothing ran, so nothing failed to reproduce: the report is written and says so, and the
+    command exits 2 with one NO SCRIPT line (not 1, "not reproduced")."""
+    if not _available("vllm"):
+        pytest.skip("vllm is not installed here")
+    from k2conform.cli import main
+    from k2conform_adapters.vllm_parser import VllmAdapter
+
+    monkeypatch.setattr(VllmAdapter, "repro_script", None)
+    out = tmp_path / "report.md"
+    argv = ["report-finding", "y_json_deep_nesting_1000_levels", "--adapter", "vllm"]
+    status = main([*argv, "--delivery", "whole", "--out", str(out)])
+    assert status == 2
+    assert "has no reproduction template" in out.read_text()
+    assert not out.with_suffix(".py").exists()
+    assert "NO SCRIPT: the vllm adapter has no reproduction template" in capsys.readouterr().err

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from k2conform.model import Cell, CellOutcome, FieldDiff, RunResults
-from k2conform.verify.compare import Side, classify, compare
+from k2conform.verify.compare import Side, classify, compare, html_page
 
 FIX = ("strip_trailing_reasoning_whitespace=True", "strip_trailing_reasoning_whitespace=False")
 BREAK = (
@@ -48,9 +48,21 @@ def _checkout(tmp_path: Path, *changes: tuple[str, str]) -> Path:
 def _verify(tmp_path: Path, head: str, *extra: str) -> subprocess.CompletedProcess:
     cases = [f"--case={c}" for c in CASES]
     return k2conform(
-        "verify", "--base", "parsers", "--head", head, "--delivery", "whole",
-        "--venv-root", str(tmp_path / "venvs"), "--out", str(tmp_path / "out"),
-        "--json", str(tmp_path / "verify.json"), *cases, *extra,
+        "verify",
+        "--base",
+        "parsers",
+        "--head",
+        head,
+        "--delivery",
+        "whole",
+        "--venv-root",
+        str(tmp_path / "venvs"),
+        "--out",
+        str(tmp_path / "out"),
+        "--json",
+        str(tmp_path / "verify.json"),
+        *cases,
+        *extra,
     )
 
 
@@ -58,8 +70,14 @@ def _verify(tmp_path: Path, head: str, *extra: str) -> subprocess.CompletedProce
 def test_a_pull_request_that_fixes_one_behaviour_and_breaks_another(tmp_path):
     source = _checkout(tmp_path, FIX, BREAK)
     built = k2conform(
-        "setup-parsers", "vllm", "--source", str(source), "--base", "0.33.0",
-        "--venv-root", str(tmp_path / "venvs"),
+        "setup-parsers",
+        "vllm",
+        "--source",
+        str(source),
+        "--base",
+        "0.33.0",
+        "--venv-root",
+        str(tmp_path / "venvs"),
     )
     assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
     assert "1 file(s) of" in built.stdout and "vllm/parser/kimi_k2.py" in built.stdout
@@ -83,8 +101,11 @@ def test_a_pull_request_that_fixes_one_behaviour_and_breaks_another(tmp_path):
 
     # the same base and head from their results files: the same verdict, nothing re-run
     again = k2conform(
-        "verify", "--base", str(tmp_path / "out" / "base" / "results.json"),
-        "--head", str(tmp_path / "out" / "head" / "results.json"),
+        "verify",
+        "--base",
+        str(tmp_path / "out" / "base" / "results.json"),
+        "--head",
+        str(tmp_path / "out" / "head" / "results.json"),
     )
     assert again.returncode == 1 and "### Regressed" in again.stdout
 
@@ -93,8 +114,14 @@ def test_a_pull_request_that_fixes_one_behaviour_and_breaks_another(tmp_path):
 def test_an_unchanged_overlay_changes_no_cell_and_other_modes_are_not_comparable(tmp_path):
     source = _checkout(tmp_path)
     built = k2conform(
-        "setup-parsers", "vllm", "--source", str(source), "--base", "0.33.0",
-        "--venv-root", str(tmp_path / "venvs"),
+        "setup-parsers",
+        "vllm",
+        "--source",
+        str(source),
+        "--base",
+        "0.33.0",
+        "--venv-root",
+        str(tmp_path / "venvs"),
     )
     assert built.returncode == 0 and "0 file(s) of" in built.stdout, built.stderr[-2000:]
     (venv,) = (tmp_path / "venvs").glob("vllm-src-*")
@@ -103,8 +130,17 @@ def test_an_unchanged_overlay_changes_no_cell_and_other_modes_are_not_comparable
     assert "**NO REGRESSION**" in done.stdout and "behaves as parsers on all" in done.stdout
     base = tmp_path / "out" / "base" / "results.json"
     other = tmp_path / "other.json"
-    rerun = k2conform("run", "--adapter", "reference", "--case", "y_spec_*", "--delivery",
-                      "stream-token", "--json", str(other))
+    rerun = k2conform(
+        "run",
+        "--adapter",
+        "reference",
+        "--case",
+        "y_spec_*",
+        "--delivery",
+        "stream-token",
+        "--json",
+        str(other),
+    )
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     mismatch = k2conform("verify", "--base", str(base), "--head", str(other))
     assert mismatch.returncode == 3 and "**NOT COMPARABLE**" in mismatch.stdout
@@ -114,8 +150,9 @@ def test_an_unchanged_overlay_changes_no_cell_and_other_modes_are_not_comparable
 def test_a_checkout_that_cannot_be_matched_to_a_release_is_refused_in_one_line(tmp_path):
     (tmp_path / "vllm").mkdir()
     (tmp_path / "vllm" / "__init__.py").write_text("")
-    done = k2conform("setup-parsers", "vllm", "--source", str(tmp_path),
-                     "--venv-root", str(tmp_path / "venvs"))
+    done = k2conform(
+        "setup-parsers", "vllm", "--source", str(tmp_path), "--venv-root", str(tmp_path / "venvs")
+    )
     assert done.returncode == 2 and "pass --base VERSION" in done.stderr
     assert done.stderr.count("\n") == 1
     not_a_checkout = k2conform("setup-parsers", "vllm", "--source", str(tmp_path / "nothing"))
@@ -149,8 +186,12 @@ def test_each_cell_is_fixed_regressed_changed_or_unchanged():
 @pytest.mark.parametrize(
     ("head", "why"),
     [
-        (_results(_cell("a", "agree"), partial={"reason": "interrupted", "cells": 1,
-                                                 "planned": 2}), "a partial run"),
+        (
+            _results(
+                _cell("a", "agree"), partial={"reason": "interrupted", "cells": 1, "planned": 2}
+            ),
+            "a partial run",
+        ),
         (_results(_cell("a", "agree"), inventory={"planned": 2, "run": 1}), "1 of 2 planned"),
         (_results(), "no cell was run"),
         (_results(_cell("a", "adapter-error")), "adapter-error"),
@@ -161,3 +202,18 @@ def test_each_cell_is_fixed_regressed_changed_or_unchanged():
 def test_no_regression_is_never_claimed_over_less_than_the_base(head, why):
     comparison = compare(Side("base", _results(_cell("a", "agree"))), Side("head", head))
     assert comparison.status == 3 and any(why in line for line in comparison.not_comparable)
+
+
+def test_the_page_lists_every_behaviour_regressions_first_with_their_command():
+    """--html: beyond the comment's 60 lines, every behaviour, escaped, regressions first."""
+    base = _results(
+        *[_cell(f"c{i}", "agree") for i in range(80)], _cell("x", "differs", ("content",))
+    )
+    head = _results(
+        *[_cell(f"c{i}", "crash" if i < 70 else "agree") for i in range(80)], _cell("x", "agree")
+    )
+    page = html_page(compare(Side("base<1>", base), Side("head", head)))
+    assert "<b>REGRESSION</b>" in page and "base&lt;1&gt;" in page and "base<1>" not in page
+    assert page.index("Regressed: 1 behaviour") < page.index("Fixed: 1 behaviour")
+    assert "report-finding c0 --adapter" in page and page.count("<tr><td><code>") == 2
+    assert all(f"c{i}," in page or f"c{i}<" in page for i in range(70))

@@ -409,9 +409,10 @@ def write_report(spec: str, path: Path, seed: int, timeout: float, run_script: b
         detail = (done.stderr or done.stdout).strip().splitlines()
     if status == 0:
         return "reproduced"
-    if status == 1 and path.with_suffix(".md").exists():
-        if not path.with_suffix(".py").exists():
-            return "no script"
+    written = path.with_suffix(".md").exists()
+    if status == 2 and written and not path.with_suffix(".py").exists():
+        return "no script"
+    if status == 1 and written and path.with_suffix(".py").exists():
         return "not reproduced" if run_script else "not run"
     return "no report: " + (detail[-1] if detail else f"exit status {status}")
 

@@ -11,8 +11,10 @@ interpreter's environment, with ``k2conform`` made unimportable, reads the resul
 judges it with k2conform's comparison, and says in the report whether it reproduces.
 
 Exit status: 0 the report was written and the script reproduces the finding; 1 written, but
-the script does not reproduce it (or the adapter has no script); 2 usage error (unknown case,
-an adapter that is not available here, a cell that is not a finding).
+the script does not reproduce it (or was not run, ``--no-run``); 2 usage error (unknown case,
+an adapter that is not available here, a cell that is not a finding), or the report was written
+but the adapter has no reproduction template ("no script": nothing ran, so nothing failed to
+reproduce).
 """
 
 from __future__ import annotations
@@ -62,7 +64,8 @@ def add_parser(subparsers: Any) -> None:
         "The "
         "script is run once here (k2conform unimportable) to confirm it reproduces. Run it in the "
         "environment where the parser is installed (.venvs/NAME/bin/k2conform report-finding ...). "
-        "Exit status: 0 reproduced, 1 not reproduced, 2 usage error."
+        "Exit status: 0 reproduced, 1 not reproduced, 2 usage error or no script (the adapter "
+        "has no reproduction template; the report is written)."
     )
     p.add_argument("case", help="case id")
     p.add_argument("--adapter", required=True, help="in-process adapter name (see list-adapters)")
@@ -150,11 +153,19 @@ def cmd_report_finding(args: argparse.Namespace) -> int:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(report, encoding="utf-8")
         print(
-            f"report written to {args.out}" + (f", script to {script_path}" if script_path else ""),
+            f"report written to {args.out}"
+            + (f", script to {script_path}" if script is not None and script_path else ""),
             file=sys.stderr,
         )
     else:
         sys.stdout.write(report)
+    if script is None:
+        print(
+            f"NO SCRIPT: the {adapter.name} adapter has no reproduction template (repro_script); "
+            "the report has no reproduction",
+            file=sys.stderr,
+        )
+        return 2
     if verdict is not None:
         print(("REPRODUCED: " if verdict[0] else "NOT REPRODUCED: ") + verdict[1], file=sys.stderr)
     return 0 if verdict is not None and verdict[0] else 1

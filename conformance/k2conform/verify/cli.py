@@ -26,7 +26,7 @@ from k2conform.setup.parsers import (
     environments,
     installed,
 )
-from k2conform.verify.compare import Side, compare, markdown, to_json
+from k2conform.verify.compare import Side, compare, html_page, markdown, to_json
 
 #: The project venv: the pinned in-process releases.
 PROJECT = "parsers"
@@ -56,6 +56,9 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--out", type=Path, default=Path("verify"), help="where each side's run goes")
     p.add_argument("--json", type=Path, metavar="FILE", help="also write the comparison as JSON")
     p.add_argument("--markdown", type=Path, metavar="FILE", help="also write the Markdown")
+    p.add_argument(
+        "--html", type=Path, metavar="FILE", help="also write a page with every behaviour"
+    )
     p.set_defaults(handler=cmd_verify)
 
 
@@ -68,6 +71,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
         args.markdown.write_text(text, encoding="utf-8")
     if args.json:
         args.json.write_text(json.dumps(to_json(comparison), indent=1) + "\n", encoding="utf-8")
+    if args.html:
+        args.html.write_text(html_page(comparison), encoding="utf-8")
     sys.stdout.write(text)
     return comparison.status
 

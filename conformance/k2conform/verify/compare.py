@@ -13,6 +13,7 @@ less than it says.
 from __future__ import annotations
 
 import hashlib
+import html
 import json
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -153,8 +154,10 @@ def compare(base: Side, head: Side) -> Comparison:
         if kind != "unchanged":
             groups[(kind, _signature(by_key[key]), _signature(head_by_key[key]))].append(key)
     behaviours = sorted(
-        (Behaviour(kind, before, after, tuple(cells)) for (kind, before, after), cells in
-         groups.items()),
+        (
+            Behaviour(kind, before, after, tuple(cells))
+            for (kind, before, after), cells in groups.items()
+        ),
         key=lambda g: (CLASSES.index(g.kind), -len(g.cells), g.base, g.head),
     )
     changed_files = sorted(
@@ -211,7 +214,8 @@ def markdown(comparison: Comparison) -> str:
     lines = [
         f"## k2conform verify: {c.adapter}, {_named(c.base)} → {_named(c.head)}",
         "",
-        f"**{verdict}**: " + (
+        f"**{verdict}**: "
+        + (
             "; ".join(c.not_comparable)
             if c.not_comparable
             else f"{total:,} cells compared (corpus {corpus_digest(c.base.results)}, "
@@ -236,8 +240,9 @@ def markdown(comparison: Comparison) -> str:
             if len(lines) >= MAX_LINES - 2:
                 lines.append("- … and more: the JSON output (`--json`) lists every behaviour")
                 break
-            cases = ", ".join(b.cases[:3]) + (f", … ({len(b.cases)} cases)" if len(b.cases) > 3
-                                               else "")
+            cases = ", ".join(b.cases[:3]) + (
+                f", … ({len(b.cases)} cases)" if len(b.cases) > 3 else ""
+            )
             line = f"- `{b.base}` → `{b.head}` in {', '.join(b.modes)}: {cases}"
             if kind == "regressed":
                 line += (
@@ -248,6 +253,66 @@ def markdown(comparison: Comparison) -> str:
         if len(lines) >= MAX_LINES - 1:
             break
     return "\n".join(lines[:MAX_LINES]) + "\n"
+
+
+def html_page(comparison: Comparison) -> str:
+    """The comparison as one self-contained page: every behaviour (the Markdown stops at a
+    comment's length), regressions first, each regression with its report-finding command."""
+    c = comparison
+    total = sum(c.counts.values())
+    verdict = {0: "NO REGRESSION", 1: "REGRESSION", 3: "NOT COMPARABLE"}[c.status]
+    e = html.escape
+    out = [
+        "<!doctype html><meta charset='utf-8'>",
+        f"<title>k2conform verify: {e(c.adapter)}</title>",
+        "<style>body{font:14px sans-serif;margin:2em}td,th{padding:2px 8px;text-align:left;"
+        "vertical-align:top}code{background:#f3f3f3}.regressed{color:#b00}.fixed{color:#070}"
+        "</style>",
+        f"<h1>k2conform verify: {e(c.adapter)}, {e(_named(c.base))} → {e(_named(c.head))}</h1>",
+        f"<p><b>{verdict}</b></p>",
+    ]
+    if c.not_comparable:
+        out.append("<ul>" + "".join(f"<li>{e(why)}</li>" for why in c.not_comparable) + "</ul>")
+    else:
+        out.append(
+            f"<p>{total:,} cells compared: corpus {e(corpus_digest(c.base.results))}, modes "
+            f"{e(', '.join(c.base.results.modes))}, seed {c.base.results.seed}.</p>"
+        )
+    out.append(
+        "<table><tr>"
+        + "".join(f"<th>{k}</th>" for k in CLASSES)
+        + "</tr><tr>"
+        + "".join(f"<td>{c.counts[k]:,}</td>" for k in CLASSES)
+        + "</tr></table>"
+    )
+    if c.changed_files:
+        out.append(
+            "<h2>Kimi-relevant files that differ</h2><ul>"
+            + "".join(f"<li><code>{e(f)}</code></li>" for f in c.changed_files)
+            + "</ul>"
+        )
+    for kind in CLASSES[:3]:
+        group = [b for b in c.behaviours if b.kind == kind]
+        if not group:
+            continue
+        out.append(f"<h2 class='{kind}'>{kind.capitalize()}: {len(group)} behaviour(s)</h2>")
+        out.append(
+            "<table><tr><th>base</th><th>head</th><th>modes</th><th>cells</th><th>cases</th></tr>"
+        )
+        for b in group:
+            command = (
+                f"<br><code>k2conform report-finding {e(b.cases[0])} --adapter {e(c.adapter)} "
+                f"--delivery {e(b.modes[0])} --out report.md</code>"
+                if kind == "regressed"
+                else ""
+            )
+            out.append(
+                f"<tr><td><code>{e(b.base)}</code></td><td><code>{e(b.head)}</code></td>"
+                f"<td>{e(', '.join(b.modes))}</td><td>{len(b.cells)}</td>"
+                f"<td>{e(', '.join(b.cases))}{command}</td></tr>"
+            )
+        out.append("</table>")
+    return "\n".join(out) + "\n"
 
 
 def _named(side: Side) -> str:
