@@ -520,3 +520,24 @@ def test_parsers_this_machine_does_not_have_collapse_to_one_line():
         "lists the environments that bring them"
     )
     assert lines[1] == "- vllm-legacy: unavailable (another release)" and len(lines) == 3
+
+
+def test_a_finding_only_in_the_stream_says_its_script_cannot_show_it():
+    """The standalone script prints the message a client ends up with: a cell whose every
+    difference is in the delivery (index, stream-invariant, wire:KIND) says so beside its
+    command, in the page too; a cell with a message difference does not."""
+    from k2conform.model import Cell, CellOutcome, FieldDiff
+    from k2conform.report.findings import script_cannot_show
+    from k2conform.report.findings_html import _cannot_show
+
+    def cell(*fields: str) -> Cell:
+        diffs = tuple(FieldDiff(f, None, "x", "stream") for f in fields)
+        return Cell("y_a", "vllm", "stream-token", CellOutcome.DIFFERS, diffs=diffs)
+
+    for only_delivery in (("stream-invariant",), ("index", "stream-invariant"), ("wire:usage",)):
+        why = script_cannot_show(cell(*only_delivery))
+        assert why and "cannot show" in why, only_delivery
+        note = _cannot_show(cell(*only_delivery))
+        assert "<p class='note'>Its standalone script cannot show" in note
+    for shown in (("content",), ("content", "stream-invariant"), ()):
+        assert script_cannot_show(cell(*shown)) is None and _cannot_show(cell(*shown)) == ""

@@ -196,6 +196,24 @@ def repro_command(cell: Cell, seed: int) -> str:
     return shlex.join([*words, "--out", f"{cell.case}.md"])
 
 
+#: Differences a standalone script cannot show: it prints the message a client ends up with,
+#: and these are in how the stream or the wire delivered it, not in that message.
+_DELIVERY_ONLY = ("index", "stream-invariant", "wire:")
+
+
+def script_cannot_show(cell: Cell) -> str | None:
+    """Why ``report-finding``'s standalone script cannot reproduce this cell (None: it can try):
+    every difference is in the stream's delivery, which k2conform judges and the script's
+    printed message does not carry."""
+    if cell.fields and all(f.startswith(_DELIVERY_ONLY) for f in cell.fields):
+        return (
+            f"its standalone script cannot show this finding: {', '.join(cell.fields)} "
+            "is judged on the stream as delivered, and the script prints only the message a "
+            "client ends up with"
+        )
+    return None
+
+
 def _burst(variant: str) -> int | None:
     found = re.fullmatch(r"stream-burst\[k=(\d+)\]", variant)
     return int(found.group(1)) if found else None

@@ -26,6 +26,7 @@ from k2conform.report.findings import (
     delivered_deltas,
     ran_adapters,
     repro_command,
+    script_cannot_show,
 )
 
 esc = html.escape
@@ -237,7 +238,8 @@ class FindingsView:
             ),
             deltas_block(delivered_deltas(case, example, self.seed), example),
             _label("reproduce (writes a bug report with a standalone script)")
-            + f"<code class='cmd'>{esc(repro_command(example, self.seed))}</code>",
+            + f"<code class='cmd'>{esc(repro_command(example, self.seed))}</code>"
+            + _cannot_show(example),
         ]
         items = "".join(
             f"<li><a href='#{case_anchor(c)}'>{esc(c)}</a>: "
@@ -274,7 +276,8 @@ class FindingsView:
                 esc(", ".join(c.variant or c.delivery for c in cells)),
                 cell_detail(cells[0])
                 + _observed(cells[0])
-                + f"<code class='cmd'>{esc(repro_command(cells[0], self.seed))}</code>",
+                + f"<code class='cmd'>{esc(repro_command(cells[0], self.seed))}</code>"
+                + _cannot_show(cells[0]),
             )
             for cells in rows
         ]
@@ -443,3 +446,8 @@ def _json(value: Any) -> str:
     thousands of lines of indentation)."""
     text = json.dumps(value, ensure_ascii=False, indent=1)
     return text if len(text) < 4000 else json.dumps(value, ensure_ascii=False)
+
+
+def _cannot_show(cell: Cell) -> str:
+    why = script_cannot_show(cell)
+    return f"<p class='note'>{esc(why[0].upper() + why[1:])}.</p>" if why else ""
