@@ -66,22 +66,22 @@ def _verify(tmp_path: Path, head: str, *extra: str) -> subprocess.CompletedProce
     )
 
 
+def _overlay(tmp_path: Path, source: Path) -> tuple[subprocess.CompletedProcess, Path]:
+    """``setup-parsers vllm --source`` over vLLM 0.33.0; the build's output and its venv."""
+    built = k2conform(
+        "setup-parsers", "vllm", "--source", str(source), "--base", "0.33.0",
+        "--venv-root", str(tmp_path / "venvs"),
+    )  # fmt: skip
+    assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
+    (venv,) = (tmp_path / "venvs").glob("vllm-src-*")
+    return built, venv
+
+
 @pytest.mark.slow
 def test_a_pull_request_that_fixes_one_behaviour_and_breaks_another(tmp_path):
     source = _checkout(tmp_path, FIX, BREAK)
-    built = k2conform(
-        "setup-parsers",
-        "vllm",
-        "--source",
-        str(source),
-        "--base",
-        "0.33.0",
-        "--venv-root",
-        str(tmp_path / "venvs"),
-    )
-    assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
+    built, venv = _overlay(tmp_path, source)
     assert "1 file(s) of" in built.stdout and "vllm/parser/kimi_k2.py" in built.stdout
-    (venv,) = (tmp_path / "venvs").glob("vllm-src-*")
     manifest = json.loads((venv / "k2conform-environment.json").read_text())
     assert manifest["overlaid"] == ["vllm/parser/kimi_k2.py"]
     assert manifest["pinned"] == ["vllm==0.33.0"] and manifest["source"] == str(source)
@@ -113,18 +113,8 @@ def test_a_pull_request_that_fixes_one_behaviour_and_breaks_another(tmp_path):
 @pytest.mark.slow
 def test_an_unchanged_overlay_changes_no_cell_and_other_modes_are_not_comparable(tmp_path):
     source = _checkout(tmp_path)
-    built = k2conform(
-        "setup-parsers",
-        "vllm",
-        "--source",
-        str(source),
-        "--base",
-        "0.33.0",
-        "--venv-root",
-        str(tmp_path / "venvs"),
-    )
-    assert built.returncode == 0 and "0 file(s) of" in built.stdout, built.stderr[-2000:]
-    (venv,) = (tmp_path / "venvs").glob("vllm-src-*")
+    built, venv = _overlay(tmp_path, source)
+    assert "0 file(s) of" in built.stdout, built.stderr[-2000:]
     done = _verify(tmp_path, venv.name)
     assert done.returncode == 0, done.stdout + done.stderr[-2000:]
     assert "**NO REGRESSION**" in done.stdout and "behaves as parsers on all" in done.stdout
