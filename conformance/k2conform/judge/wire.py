@@ -214,6 +214,8 @@ def _check_call_chunk(
             WireViolation(WireKind.FIRST_CALL_CHUNK, f"chunk {number}: a call without index")
         )
         return
+    # what a call's first chunk must carry, and its later chunks must not send again
+    header = {"id": call.get("id"), "type": call.get("type"), "function.name": function.get("name")}
     if index not in sent:
         if index != len(sent):
             out.append(
@@ -222,15 +224,7 @@ def _check_call_chunk(
                     f"chunk {number}: call index {index} after {len(sent)} calls",
                 )
             )
-        lacking = [
-            field
-            for field, value in (
-                ("id", call.get("id")),
-                ("type", call.get("type")),
-                ("function.name", function.get("name")),
-            )
-            if not value
-        ]
+        lacking = [field for field, value in header.items() if not value]
         if call.get("type") not in (None, "function"):
             lacking.append(f"type {call.get('type')!r}")
         if lacking:
@@ -242,15 +236,7 @@ def _check_call_chunk(
             )
         sent[index] = call.get("id")
         return
-    again = [
-        field
-        for field, value in (
-            ("id", call.get("id")),
-            ("type", call.get("type")),
-            ("function.name", function.get("name")),
-        )
-        if value
-    ]
+    again = [field for field, value in header.items() if value]
     if again and index not in resent:  # once per call: its first re-send
         resent.add(index)
         changed = call.get("id") and call.get("id") != sent[index]
