@@ -347,6 +347,18 @@ def test_merge_refuses_a_partial_run(shards, tmp_path):
     assert done.stderr.count("\n") == 1
 
 
+def test_merge_refuses_a_shard_that_lost_its_inventory(shards, tmp_path):
+    """One shard without the inventory its siblings carry: the merged run could not say what
+    it planned, so the gate could pass on less; refused in one line, naming the input."""
+    document = json.loads((shards / "r2of3.json").read_text())
+    document.pop("inventory")
+    (tmp_path / "r2of3.json").write_text(json.dumps(document))
+    parts = [str(shards / "r1of3.json"), str(tmp_path / "r2of3.json"), str(shards / "r3of3.json")]
+    done = run("merge", *parts)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "r2of3.json: no inventory" in done.stderr
+
+
 def test_fewer_cells_run_than_planned_fail_the_gate(shards, tmp_path):
     """Whatever the cause, a document that ran fewer cells than it planned cannot pass."""
     document = json.loads((shards / "r1of2.json").read_text())

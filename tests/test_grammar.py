@@ -166,6 +166,17 @@ def test_walks_stay_in_the_grammar_and_decode_as_the_reference_parses_them(engin
         assert first_characters - {"{"}, first_characters
 
 
+def test_the_grammar_inventory_owes_a_cell_for_every_case_not_declined_and_every_walk():
+    """A worker that lost a cell leaves the run short of its plan (so the gate refuses it); the
+    ``auto`` cases an engine declines and the walks it drew move the plan, not the count."""
+    from k2conform.grammar.cli import inventory
+
+    whole = {"declined": ["y_a"], "samples": [{"id": "y_sample_x"}], "cells": [{}, {}, {}]}
+    assert inventory(3, [whole]) == {"planned": 3, "run": 3}
+    lost = {**whole, "cells": [{}, {}]}
+    assert inventory(3, [whole, lost]) == {"planned": 6, "run": 5}
+
+
 def test_generated_calls_keep_marker_text_inside_strings():
     text = (
         mk.SECTION_BEGIN
@@ -321,6 +332,10 @@ def test_the_grammar_lane_passes_its_baseline_and_joins_the_matrix_as_a_column(t
     assert set(by_engine) == {"vllm", "sglang"}
     samples = [c for c in document["cases"] if c["id"].startswith("y_sample_")]
     assert len(samples) == 2 * 20 * len({source_of(c["id"]) for c in samples})
+    assert document["inventory"] == {
+        "planned": len(document["cells"]),
+        "run": len(document["cells"]),
+    }
     run = tmp_path / "run.json"
     k2conform(
         "run",
@@ -338,7 +353,9 @@ def test_the_grammar_lane_passes_its_baseline_and_joins_the_matrix_as_a_column(t
         "merge", str(run), str(out), "--json", str(merged), "--markdown", str(tmp_path / "m.md")
     )
     assert joined.returncode == 1, joined.stderr  # findings in both columns, and no baseline given
-    assert json.loads(merged.read_text())["modes"] == ["whole", dl.GRAMMAR_MODE]
+    merged_document = json.loads(merged.read_text())
+    assert merged_document["modes"] == ["whole", dl.GRAMMAR_MODE]
+    assert merged_document["inventory"]["run"] == len(merged_document["cells"])
     assert "| whole | grammar |" in (tmp_path / "m.md").read_text()
     clash = k2conform("merge", str(out), str(out))
     assert clash.returncode == 2 and "is also in" in clash.stderr

@@ -47,7 +47,8 @@ class Job:
 
 
 def run_job(job: Job) -> dict[str, Any]:
-    """The engine's cells, the drawn samples (as cases) and its adapter row, as JSON."""
+    """The engine's cells, the drawn samples (as cases), the ``auto`` cases it builds no grammar
+    for (``declined``: no cell is owed for them) and its adapter row, as JSON."""
     adapter = create_adapter(job.engine, job.settings.deadline)
     availability = load(adapter)
     row = adapter_row(adapter, (availability.status, availability.reason))
@@ -56,9 +57,9 @@ def run_job(job: Job) -> dict[str, Any]:
             Cell.failed(c.id, adapter.name, GRAMMAR, availability.status, availability.reason)
             for c in job.cases
         ]
-        return _document(row, [], cells)
+        return _document(row, [], cells, [])
     grammars: dict[str, CompiledTag | Result | None] = {}
-    cells, samples = [], []
+    cells, samples, declined = [], [], []
     for case in sorted(job.cases, key=_source_order):
         key = json.dumps(case.request.to_json(), sort_keys=True)
         first = key not in grammars
@@ -67,6 +68,8 @@ def run_job(job: Job) -> dict[str, Any]:
         cell = _case_cell(adapter, grammars[key], case, job.settings)
         if cell is not None:
             cells.append(cell)
+        else:
+            declined.append(case.id)
         grammar = grammars[key]
         if first and isinstance(grammar, CompiledTag) and _sampled(case):
             drawn = draw_samples(adapter.name, grammar, case, job.seed, job.samples)
@@ -74,7 +77,7 @@ def run_job(job: Job) -> dict[str, Any]:
             cells.extend(
                 parse_cell(adapter, sample, job.settings, _walk_facts(sample)) for sample in drawn
             )
-    return _document(row, samples, cells)
+    return _document(row, samples, cells, declined)
 
 
 def _source_order(case: CompletionCase) -> tuple[int, bool, str]:
@@ -83,9 +86,12 @@ def _source_order(case: CompletionCase) -> tuple[int, bool, str]:
     return ("yni".index(case.verdict), OUTSIDE_REQUEST in case.tags, case.id)
 
 
-def _document(row: Any, samples: Sequence[CompletionCase], cells: Sequence[Cell]) -> dict[str, Any]:
+def _document(
+    row: Any, samples: Sequence[CompletionCase], cells: Sequence[Cell], declined: Sequence[str]
+) -> dict[str, Any]:
     return {
         "adapter": row.to_json(),
+        "declined": list(declined),
         "xgrammar": xgrammar_version(),
         "samples": [case_summary(s) for s in samples],
         "cells": [c.to_json() for c in cells],

@@ -14,7 +14,7 @@ import os
 import subprocess
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -100,8 +100,20 @@ def cmd_grammar(args: argparse.Namespace) -> int:
         tuple(summaries),
         cells,
         time.monotonic() - started,
+        extra={"inventory": inventory(len(cases), documents.values())},
     )
     return _gate_and_report(results, baseline, args)
+
+
+def inventory(cases: int, documents: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """What the lane owes and what it judged: each engine's cell for every case it did not
+    decline and for every walk it drew; a worker that lost a cell leaves "run" short of
+    "planned", and the gate refuses the run."""
+    documents = list(documents)
+    return {
+        "planned": sum(cases - len(d["declined"]) + len(d["samples"]) for d in documents),
+        "run": sum(len(d["cells"]) for d in documents),
+    }
 
 
 def constrainable_cases(corpus: Path | None, globs: Sequence[str]) -> list[CompletionCase]:

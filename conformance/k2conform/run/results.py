@@ -169,9 +169,17 @@ def _check_shard_sets(shards: Sequence[tuple[str, RunResults]]) -> None:
 
 
 def _inventory(shards: Sequence[tuple[str, RunResults]]) -> dict[str, Any]:
-    """Planned and run cells added up, where every input says them."""
+    """Planned and run cells added up.  Inputs that all lack an inventory (documents of an older
+    k2conform) merge without one; a set in which only some lack it is refused: the gate would
+    hold the merged run to less than it planned."""
     counts = [s.extra.get("inventory") for _, s in shards]
-    if not counts or None in counts:
+    lacking = [label for (label, _), count in zip(shards, counts) if count is None]
+    if lacking and len(lacking) < len(shards):
+        raise UsageError(
+            f"{', '.join(lacking)}: no inventory (planned and run cells), unlike the other "
+            "inputs; re-run it with this k2conform before merging"
+        )
+    if not counts or lacking:
         return {}
     return {
         "inventory": {
