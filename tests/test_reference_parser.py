@@ -18,13 +18,18 @@ from k2conform.reference.parser import ReferenceParser, parse
 from k2conform.reference.policies import POLICIES
 from k2conform.testkit.strategies import chunkings, completions
 from k2conform.judge.stream import assemble
+from k2conform.k3 import parser as k3
 from k2conform_adapters.reference import ReferenceAdapter
 
 CORPUS = load_corpus()
 
 
-def stream(text: str, deltas: list[str], request: Request | None = None):
-    parser = ReferenceParser(request)
+#: Each format family's reference parser: its streaming class and its one-shot parse
+PARSERS = {"k2": (ReferenceParser, parse), "k3": (k3.K3Parser, k3.parse)}
+
+
+def stream(text: str, deltas: list[str], request: Request | None = None, family: str = "k2"):
+    parser = PARSERS[family][0](request)
     events = [parser.feed(d) for d in deltas] + [parser.finish()]
     return parser.result(), events
 
@@ -39,7 +44,7 @@ def test_reference_reproduces_every_corpus_expectation(case):
         pytest.skip("no expectation recorded")
     if case_unfit(case, "whole", ReferenceAdapter.request_options):
         pytest.skip("a server-level case whose options the reference does not model")
-    result = parse(case.model_output, case.request)
+    result = PARSERS[case.family][1](case.model_output, case.request)
     assert observable(result) == (
         case.expected.content,
         case.expected.reasoning,
@@ -51,11 +56,11 @@ def test_reference_reproduces_every_corpus_expectation(case):
 def test_every_single_split_point_gives_the_one_shot_result(case):
     """Exhaustive over two-delta splits, then one character per delta."""
     text = case.model_output
-    whole = parse(text, case.request)
+    whole = PARSERS[case.family][1](text, case.request)
     for k in range(len(text) + 1):
-        split, events = stream(text, [text[:k], text[k:]], case.request)
+        split, events = stream(text, [text[:k], text[k:]], case.request, case.family)
         assert observable(split) == observable(whole), f"split at {k}"
-    per_char, events = stream(text, list(text), case.request)
+    per_char, events = stream(text, list(text), case.request, case.family)
     assert observable(per_char) == observable(whole)
     assert observable(assemble(events).result) == observable(whole)
     assert assemble(events).violations == ()
@@ -64,8 +69,8 @@ def test_every_single_split_point_gives_the_one_shot_result(case):
 @given(st.sampled_from(CORPUS.completions), st.data())
 def test_any_chunking_of_corpus_cases_gives_the_one_shot_result(case, data):
     deltas = data.draw(chunkings(case.model_output))
-    result, events = stream(case.model_output, deltas, case.request)
-    whole = parse(case.model_output, case.request)
+    result, events = stream(case.model_output, deltas, case.request, case.family)
+    whole = PARSERS[case.family][1](case.model_output, case.request)
     assert observable(result) == observable(whole)
     assembled = assemble(events)
     assert observable(assembled.result) == observable(whole)
@@ -155,7 +160,7 @@ def test_total_work_is_linear_no_rescans_per_delta(generated, data):
 
 def test_every_policy_is_documented_and_exercised_by_a_tagged_corpus_case():
     fired_by_tag: dict[str, set[str]] = {}
-    for case in CORPUS.completions:
+    for case in (c for c in CORPUS.completions if c.family == "k2"):
         policies = set(parse(case.model_output, case.request).meta["policies"])
         assert policies <= set(POLICIES), case.id
         for tag in case.tags:

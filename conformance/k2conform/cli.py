@@ -458,7 +458,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     matrix = Matrix(config, progress=progress_printer())
     started = time.monotonic()
     options = {n: getattr(a, "request_options", ()) for n, a in zip(names, adapters)}
-    tasks = plan(cases, names, modes, per_adapter, options)
+    families = {n: a.families for n, a in zip(names, adapters)}
+    tasks = plan(cases, names, modes, per_adapter, options, families)
     with _sigterm_interrupts():
         cells = matrix.run(tasks)
     extra: dict[str, Any] = {"inventory": {"planned": matrix.planned, "run": len(cells)}}

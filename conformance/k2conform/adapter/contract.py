@@ -118,6 +118,9 @@ class Adapter(ABC):
     #: ``stream_reasoning``, ...): a case whose options are all among them is judged in this
     #: adapter's own modes too, not only in the server modes (``run.cell.case_unfit``).
     request_options: ClassVar[frozenset[str]] = frozenset()
+    #: The format families it parses (``case.corpus.FAMILIES``): the matrix plans a cell only
+    #: where a case's family is among them, so nothing downstream asks which family a case is.
+    families: ClassVar[tuple[str, ...]] = ("k2",)
 
     def version(self) -> str | None:
         """The installed release of the parser's package, or None when it is not installed.

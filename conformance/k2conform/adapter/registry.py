@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from k2conform.adapter.contract import Adapter, AdapterGlueError, AdapterUnavailable
 
 ENTRY_POINT_GROUP = "k2conform.adapters"
-BUILTIN_ORDER = ("reference", "vllm", "sglang")
+BUILTIN_ORDER = ("reference", "vllm", "sglang", "reference-k3", "vllm-k3", "sglang-k3")
 
 
 class UnknownAdapter(KeyError):

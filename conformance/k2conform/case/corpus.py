@@ -32,6 +32,8 @@ SOURCES = "sources"
 #: but the loader leaves out, so they add no cells to the matrix (docs/findings-catalogue.md).
 CATALOGUE = ("findings", "catalogue")
 _ID_PATTERN = re.compile(r"^[yni]_[a-z0-9][a-z0-9_.\-]*$")
+#: The Kimi format families a completion case may be written in: K2's markers, K3's channels.
+FAMILIES = ("k2", "k3")
 _COMPLETION_KEYS = {
     "id": True,
     "kind": True,
@@ -43,6 +45,7 @@ _COMPLETION_KEYS = {
     "deltas": False,
     "expected": False,
     "generator": False,
+    "family": False,
 }
 _PROBE_KEYS = {
     "id": True,
@@ -114,6 +117,9 @@ class CompletionCase:
     expected: Expectation | None
     generator: Mapping[str, Any] | None = None
     path: str = ""
+    #: The format family of ``model_output`` (:data:`FAMILIES`); an adapter parses the
+    #: families it declares (``Adapter.families``)
+    family: str = "k2"
 
     kind = "completion"
 
@@ -137,6 +143,8 @@ class CompletionCase:
             data["expected"] = self.expected.to_json()
         if self.generator is not None:
             data["generator"] = dict(self.generator)
+        if self.family != "k2":
+            data["family"] = self.family
         return data
 
 
@@ -355,8 +363,21 @@ def _completion(data: Mapping[str, Any], check: FieldChecker, path: str) -> Comp
         generator = check.object(
             data["generator"], "generator", {"class": True, "seed": True}, strict=False
         )
+    family = data.get("family", "k2")
+    if family not in FAMILIES:
+        raise CorpusError(path, "family", f"must be one of {', '.join(FAMILIES)}, not {family!r}")
     return CompletionCase(
-        case_id, description, tags, source, request, model_output, deltas, expected, generator, path
+        case_id,
+        description,
+        tags,
+        source,
+        request,
+        model_output,
+        deltas,
+        expected,
+        generator,
+        path,
+        family,
     )
 
 

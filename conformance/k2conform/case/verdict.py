@@ -131,6 +131,10 @@ def case_verdict(case: Case) -> Verdict:
     """The verdict of any case: a completion case's from its output; a prompt case (the chat
     template defines the prompt) and a live-engine probe (it asks for what the spec defines)
     are ``y``."""
+    if isinstance(case, CompletionCase) and case.family == "k3":
+        from k2conform.k3.verdict import verdict as k3_verdict
+
+        return Verdict(*k3_verdict(case.request, case.model_output))
     if isinstance(case, CompletionCase):
         return verdict(case.request, case.model_output)
     return Verdict("y")

@@ -127,7 +127,8 @@ def _run_cells(targets: Sequence[Target], source: Source, settings: Any) -> dict
     ready = [t.spec for t in targets if availability[t.spec].status == "ok"]
     modes = tuple(dict.fromkeys(m for t in targets for m in t.modes))
     options = {spec: getattr(adapter, "request_options", ()) for spec, adapter in adapters.items()}
-    tasks = plan(cases, ready, modes, {t.spec: t.modes for t in targets}, options)
+    families = {spec: adapter.families for spec, adapter in adapters.items()}
+    tasks = plan(cases, ready, modes, {t.spec: t.modes for t in targets}, options, families)
     by_id = {case.id: case for case in cases}
     outcomes: dict[str, Counter] = {spec: Counter() for spec in adapters}
     progress, whole_results = progress_printer(), {}

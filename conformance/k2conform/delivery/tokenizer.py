@@ -7,7 +7,9 @@ downloaded here, so :func:`load_tokenizer` with no path returns a *stand-in* tha
 like the real one where a tool-call parser can tell the difference:
 
 * the same pre-tokenisation regex (:data:`PAT_STR`, Moonshot's ``tokenization_kimi.py``);
-* the Kimi markers are single tokens at their real ids (``markers.SPECIAL_TOKEN_IDS``),
+* the Kimi markers are single tokens at their real ids (``markers.SPECIAL_TOKEN_IDS``), and
+  the four Kimi K3 markers single special tokens at reserved slots (their real ids are not
+  public: ``k3.markers.STANDIN_TOKEN_IDS``), so one stand-in serves both families;
   while look-alikes such as the singular ``<|tool_call_section_begin|>`` are ordinary
   text of several tokens, exactly as in the real vocabulary;
 * ordinary text is byte-level BPE, so common words and JSON punctuation are multi-byte
@@ -37,6 +39,7 @@ import regex
 import tiktoken
 
 from k2conform import markers
+from k2conform.k3 import markers as k3_markers
 
 # Moonshot's tokenization_kimi.py, ``TikTokenTokenizer.pat_str``, verbatim (checked against
 # two copies of the file; see tests).  ``&&`` is class *intersection*: tiktoken's engine
@@ -207,8 +210,10 @@ class KimiTokenizer:
 
     # --- encode / decode -------------------------------------------------------------
 
-    def encode(self, text: str) -> list[int]:
-        """Token ids of ``text``; added tokens written in the text become their single id."""
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        """Token ids of ``text``; added tokens written in the text become their single id.
+        ``add_special_tokens`` (transformers' flag, which vLLM's K3 reasoning parser passes)
+        changes nothing: the Kimi tokenizer adds no BOS or EOS to encoded text."""
         ids: list[int] = []
         for i in range(0, len(text), _MAX_ENCODE_CHARS):
             for chunk in _split_long_runs(text[i : i + _MAX_ENCODE_CHARS]):
@@ -382,7 +387,14 @@ def _with_reserved(named: Mapping[int, str], first: int) -> dict[str, int]:
 
 def standin_added_tokens() -> tuple[dict[str, int], frozenset[str]]:
     """The stand-in's added tokens (text -> id) and which of them are flagged special."""
-    named = {i: t for t, i in {**markers.SPECIAL_TOKEN_IDS, **_EXTRA_ADDED_TOKENS}.items()}
+    named = {
+        i: t
+        for t, i in {
+            **markers.SPECIAL_TOKEN_IDS,
+            **_EXTRA_ADDED_TOKENS,
+            **k3_markers.STANDIN_TOKEN_IDS,
+        }.items()
+    }
     added = _with_reserved(named, first=FIRST_SPECIAL_ID)
     return added, frozenset(t for t in named.values() if t not in _NOT_SPECIAL)
 

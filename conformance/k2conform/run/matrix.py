@@ -317,16 +317,21 @@ def plan(
     modes: Sequence[str],
     adapter_modes: Mapping[str, Sequence[str]] | None = None,
     request_options: Mapping[str, Collection[str]] | None = None,
+    families: Mapping[str, Collection[str]] | None = None,
 ) -> list[tuple[str, str, str]]:
     """The cells to run, longest outputs first so no long cell is left for the end; none
     that ``case_unfit`` rules out.  ``adapter_modes`` (when no mode was asked for) narrows
     each adapter to the modes it takes; ``request_options``: the server options each adapter
-    applies itself (``Adapter.request_options``)."""
+    applies itself (``Adapter.request_options``); ``families``: the format families each
+    parses (``Adapter.families``, default K2 only): a case of another family is no cell of
+    that adapter."""
     options = request_options or {}
+    parses = families or {}
     return [
         (case.id, adapter, mode)
         for case in sorted(cases, key=lambda c: -len(c.model_output))
         for adapter in adapters
+        if case.family in parses.get(adapter, ("k2",))
         for mode in modes
         if case_unfit(case, mode, options.get(adapter, ())) is None
         and (adapter_modes is None or mode in adapter_modes.get(adapter, modes))

@@ -1,0 +1,30 @@
+"""The K3 reference adapter: k2conform's own Kimi K3 parser, the oracle of the K3 corpus."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from k2conform.adapter.contract import Adapter, call_parser
+from k2conform.k3 import markers as k3
+from k2conform.k3.parser import K3Parser, parse
+from k2conform.model import Delta, Request, Result, StreamEvent
+
+
+class ReferenceK3Adapter(Adapter):
+    name = "reference-k3"
+    families = (k3.FAMILY,)
+    description = "k2conform's Kimi K3 reference parser (named policies for every open point)"
+    coverage_files = ("k2conform/k3/parser.py",)
+    stop_string_holdback = True  # the format's parser: any server's deltas
+
+    def parse_whole(self, request: Request, output: Delta) -> Result:
+        return call_parser(parse, output.text, request)
+
+    def parse_stream(self, request: Request, deltas: Sequence[Delta]) -> list[StreamEvent]:
+        return call_parser(_feed_all, K3Parser(request), deltas)
+
+
+def _feed_all(parser: K3Parser, deltas: Sequence[Delta]) -> list[StreamEvent]:
+    events = [parser.feed(delta.text) for delta in deltas]
+    events.append(parser.finish())
+    return [event for event in events if event is not None]

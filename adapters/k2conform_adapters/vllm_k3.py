@@ -1,0 +1,178 @@
+"""vLLM's Kimi K3 parser as its OpenAI server composes it (``--tool-call-parser kimi_k3
+--reasoning-parser kimi_k3``), vLLM 0.33.0.
+
+The server builds ``ParserManager.get_parser("kimi_k3", "kimi_k3")`` (a ``KimiK3Parser``, a
+delegating parser over ``KimiK3ReasoningParser`` and ``KimiK3ToolParser``) once, then per
+request: ``adjust_request`` (which forces ``skip_special_tokens=False`` and
+``spaces_between_special_tokens=False``), one parser per choice told the prompt's token ids, and
+``parse`` with ``assemble_chat_message_fields`` for a whole reply, ``ChatStreamProcessor.step``
+per engine output for a stream (``entrypoints/openai/chat_completion/serving.py``).  The
+reasoning parser leaves the think channel on token ids (the ids of ``<|close|>think<|sep|>``),
+so the deltas carry the stand-in's ids for the K3 markers.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Sequence
+from typing import Any
+
+from k2conform.adapter.contract import (
+    Adapter,
+    AdapterGlueError,
+    call_parser,
+    glue_imports,
+    import_parser_package,
+    require_api,
+)
+from k2conform.adapter.glue import (
+    MODEL_NAME,
+    RandomIds,
+    build_chat_request,
+    event_of,
+    load_once,
+    tool_calls_of,
+)
+from k2conform.k3 import markers as k3
+from k2conform.model import Delta, Request, Result, StreamEvent
+
+from k2conform_adapters.vllm_parser import load_kimi_tokenizer
+
+
+class VllmK3Adapter(Adapter):
+    name = "vllm-k3"
+    package = "vllm"
+    supported_versions = ("0.33.0",)
+    families = (k3.FAMILY,)
+    description = "vLLM OpenAI server: --tool-call-parser kimi_k3 --reasoning-parser kimi_k3"
+    coverage_files = (
+        "vllm/parser/kimi_k3.py",
+        "vllm/tool_parsers/kimi_k3_tool_parser.py",
+        "vllm/reasoning/kimi_k3_reasoning_parser.py",
+    )
+    serving_files = (
+        "vllm/entrypoints/openai/chat_completion/serving.py",
+        "vllm/entrypoints/openai/chat_completion/stream_processor.py",
+        "vllm/entrypoints/openai/chat_completion/message_assembly.py",
+        "vllm/parser/abstract_parser.py",
+        "vllm/parser/parser_manager.py",
+    )
+    #: vllm/v1/engine/detokenizer.py holds back ``stop_buffer_length`` characters of text.
+    stop_string_holdback = True
+
+    def __init__(self, tokenizer: Any | None = None) -> None:
+        self._tokenizer = tokenizer
+
+    @load_once
+    def load(self) -> None:
+        vllm = import_parser_package("vllm")
+        self._version = vllm.__version__
+        with glue_imports("vllm"):
+            from vllm.entrypoints.openai.chat_completion import (
+                message_assembly,
+                protocol,
+                stream_processor,
+            )
+            from vllm.parser.parser_manager import ParserManager
+        require_api(ParserManager, "get_parser", owner_name="ParserManager")
+        require_api(
+            message_assembly,
+            "assemble_chat_message_fields",
+            owner_name="chat_completion.message_assembly",
+        )
+        require_api(
+            stream_processor, "ChatStreamProcessor", owner_name="chat_completion.stream_processor"
+        )
+        self._assemble = message_assembly.assemble_chat_message_fields
+        self._processor_cls = stream_processor.ChatStreamProcessor
+        self._request_cls = protocol.ChatCompletionRequest
+        self._tokenizer = load_kimi_tokenizer(self._tokenizer)
+        self._model_config = types.SimpleNamespace(
+            model=MODEL_NAME,
+            hf_config=types.SimpleNamespace(model_type="kimi_k3"),
+            hf_text_config=types.SimpleNamespace(model_type="kimi_k3"),
+            hf_overrides={},
+        )
+        try:
+            self._parser_cls = ParserManager.get_parser(
+                tool_parser_name="kimi_k3",
+                reasoning_parser_name="kimi_k3",
+                enable_auto_tools=True,
+                model_name=MODEL_NAME,
+                is_harmony=False,
+                tokenizer=self._tokenizer,
+            )
+        except Exception as exc:  # the server would not start: glue
+            raise AdapterGlueError(
+                "ParserManager.get_parser", f"{type(exc).__name__}: {exc}"
+            ) from exc
+        require_api(self._parser_cls, "parse", "parse_delta", "adjust_request")
+
+    def _prepare(self, request: Request) -> tuple[Any, Any, list[int]]:
+        """The request after ``adjust_request``, a fresh parser for the choice, and the token
+        ids of the prompt's tail (the channel the generation prompt opens)."""
+        self.load()
+        chat_request = build_chat_request(self._request_cls, request, choice_without_tools=None)
+        chat_request = call_parser(self._new_parser(chat_request).adjust_request, chat_request)
+        opened = k3.opener("think" if request.thinking else "response")
+        prompt_ids = list(self._tokenizer.encode(opened, add_special_tokens=False))
+        parser = self._new_parser(chat_request)
+        call_parser(parser.set_prompt_token_ids, prompt_ids)
+        return chat_request, parser, prompt_ids
+
+    def _new_parser(self, chat_request: Any) -> Any:
+        return call_parser(
+            self._parser_cls,
+            self._tokenizer,
+            chat_request.tools,
+            chat_template_kwargs=chat_request.chat_template_kwargs,
+            model_config=self._model_config,
+        )
+
+    def parse_whole(self, request: Request, output: Delta) -> Result:
+        chat_request, parser, _ = self._prepare(request)
+        reasoning, content, calls = call_parser(
+            parser.parse,
+            output.text,
+            chat_request,
+            enable_auto_tools=True,
+            model_output_token_ids=list(output.token_ids),
+        )
+        fields = call_parser(
+            self._assemble,
+            chat_request,
+            reasoning,
+            content,
+            calls,
+            enable_auto_tools=True,
+            parser_cls=self._parser_cls,
+        )
+        ids = RandomIds.chatcmpl()
+        return Result(
+            content=fields.content,
+            reasoning=fields.reasoning,
+            tool_calls=tool_calls_of(fields.tool_calls, ids),
+            meta=ids.meta(version=self._version),
+        )
+
+    def parse_stream(self, request: Request, deltas: Sequence[Delta]) -> list[StreamEvent]:
+        """One ``ChatStreamProcessor`` per choice; the finishing output says ``stop``."""
+        chat_request, parser, prompt_ids = self._prepare(request)
+        processor = self._processor_cls(
+            chat_request, parser, enable_auto_tools=True, parser_cls=self._parser_cls
+        )
+        steps = list(deltas) or [Delta("")]
+        ids = RandomIds.chatcmpl()
+        events = []
+        for n, delta in enumerate(steps):
+            step = call_parser(
+                processor.step,
+                delta.text,
+                list(delta.token_ids),
+                "stop" if n == len(steps) - 1 else None,
+                prompt_ids,
+            )
+            event = event_of(step.delta, ids)
+            if event is not None:
+                events.append(event)
+        return events

@@ -1,0 +1,566 @@
+"""The generated Kimi K3 corpus: ``corpus/k3/``, written from the table below.
+
+Each case names its class (a tag) and its source: the format as the pinned engines' K3 code
+reads it, or the public thread that reported the shape.  ``expected`` is the K3 reference
+parser's result (the oracle, :mod:`k2conform.k3.parser`).  ``y_`` outputs follow the format;
+``n_`` ones break it where one outcome is right (nothing lost, no markup leaked); ``i_`` ones
+are open points, recorded and not judged.
+
+    python -m k2conform.k3.cases [--check]   # rewrite corpus/k3 (or exit 1 if it differs)
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from k2conform.case.corpus import CompletionCase, Expectation, default_corpus_dir
+from k2conform.k3.markers import CLOSE, END_OF_MSG, FAMILY, OPEN, SEP, closer, opener
+from k2conform.k3.parser import parse
+from k2conform.k3.verdict import verdict
+from k2conform.model import Request
+
+BASE_SEED = 20261205
+FOLDER = "k3"
+
+FORMAT = (
+    "the K3 format as the pinned engines read it (vllm/tool_parsers/kimi_k3_tool_parser.py, "
+    "sglang/srt/function_call/kimik3_detector.py)"
+)
+THREADS = {
+    "tools-in-think": "https://github.com/vllm-project/vllm/issues/53246; https://github.com/vllm-project/vllm/issues/54273",
+    "message-leak": "https://github.com/vllm-project/vllm/issues/51399; https://github.com/vllm-project/vllm/issues/51412",
+    "skipped-think": "https://github.com/sgl-project/sglang/pull/37743",
+    "eos-in-think": "https://github.com/sgl-project/sglang/pull/34187",
+    "no-tools": "https://github.com/sgl-project/sglang/issues/39583",
+    "spaced-markers": "https://github.com/vllm-project/vllm/pull/50367",
+    "typed-not-json": "https://github.com/sgl-project/sglang/issues/34604",
+    "unstreamed-args": "https://github.com/vllm-project/vllm/issues/50604",
+    "global-index": "https://github.com/sgl-project/sglang/issues/39897",
+    "tool-attr-lt": "https://github.com/NVIDIA/TensorRT-LLM/pull/17845",
+}
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Get the weather for a city",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string"},
+                "days": {"type": "number"},
+                "metric": {"type": "boolean"},
+                "note": {"type": ["string", "null"]},
+                "where": {"type": "object"},
+                "tags": {"type": "array"},
+            },
+            "required": ["city"],
+        },
+    },
+}
+SEARCH = {
+    "type": "function",
+    "function": {
+        "name": "search",
+        "description": "Search the web",
+        "parameters": {"type": "object", "properties": {"query": {"type": "string"}}},
+    },
+}
+TOOLS = (WEATHER, SEARCH)
+
+THINK_END = closer("think")
+RESPONSE = opener("response")
+RESPONSE_END = closer("response")
+TOOLS_OPEN = opener("tools")
+TOOLS_END = closer("tools")
+#: ``<|end_of_msg|>`` is the turn's stop token: the engine ends generation on it and does not
+#: hand it to the parser, so outputs end at the message closer (but see the end_of_msg cases)
+MESSAGE_END = closer("message")
+
+
+def argument(key: str, value: str, kind: str | None = "string") -> str:
+    attrs = {"key": key} if kind is None else {"key": key, "type": kind}
+    return opener("argument", attrs) + value + closer("argument")
+
+
+def call(tool: str, index: int, *arguments: str) -> str:
+    return opener("call", {"tool": tool, "index": str(index)}) + "".join(arguments) + closer("call")
+
+
+def tools(*calls: str) -> str:
+    return TOOLS_OPEN + "".join(calls) + TOOLS_END
+
+
+def answer(*calls: str) -> str:
+    """A short think, the calls, the message's end."""
+    return f"r{THINK_END}{tools(*calls)}{MESSAGE_END}"
+
+
+PARIS = call("get_weather", 1, argument("city", "Paris"))
+OSLO = call("get_weather", 2, argument("city", "Oslo"))
+
+
+def _table(rng: random.Random) -> Iterator[tuple[str, str, str, str, Mapping[str, Any], str]]:
+    """(id, class, description, source, request fields, model output) per case."""
+    think = {"thinking": True}
+    off = {"thinking": False}
+    long_value = "".join(rng.choice("abcdefghij klmnop,.\n") for _ in range(6000))
+    unicode_value = "".join(rng.choice("天气東京😀é ß") for _ in range(40))
+    yield (
+        "y_k3_think_then_response",
+        "K3.channels",
+        "Reasoning, then an answer",
+        FORMAT,
+        think,
+        f"Let me see.{THINK_END}{RESPONSE}It is sunny.{RESPONSE_END}{MESSAGE_END}",
+    )
+    yield (
+        "y_k3_think_then_call",
+        "K3.channels",
+        "Reasoning, then one call",
+        FORMAT,
+        think,
+        f"Need weather.{THINK_END}{tools(PARIS)}{MESSAGE_END}",
+    )
+    yield (
+        "y_k3_think_response_call",
+        "K3.channels",
+        "Reasoning, an answer and a call",
+        FORMAT,
+        think,
+        f"Hm.{THINK_END}{RESPONSE}Checking.{RESPONSE_END}{tools(PARIS)}{MESSAGE_END}",
+    )
+    yield (
+        "y_k3_response_only_thinking_off",
+        "K3.channels",
+        "Thinking off: the output starts inside the response channel",
+        FORMAT,
+        off,
+        f"Hello there.{RESPONSE_END}{MESSAGE_END}",
+    )
+    yield (
+        "y_k3_tools_only_thinking_off",
+        "K3.channels",
+        "Thinking off: an empty response, then a call",
+        FORMAT,
+        off,
+        f"{RESPONSE_END}{tools(PARIS)}{MESSAGE_END}",
+    )
+    yield (
+        "y_k3_end_of_msg_in_output",
+        "K3.channels",
+        "The turn written out to <|end_of_msg|> (an engine that does not stop on it)",
+        FORMAT,
+        off,
+        f"Hello there.{RESPONSE_END}{MESSAGE_END}{END_OF_MSG}",
+    )
+    yield (
+        "y_k3_end_of_msg_after_think",
+        "K3.channels",
+        "Thinking on, the turn written out to <|end_of_msg|>",
+        FORMAT,
+        think,
+        f"r{THINK_END}{RESPONSE}ok{RESPONSE_END}{MESSAGE_END}{END_OF_MSG}",
+    )
+    yield (
+        "y_k3_parallel_calls",
+        "K3.parallel",
+        "Two calls in one tools channel",
+        FORMAT,
+        think,
+        f"Two cities.{THINK_END}{tools(PARIS, OSLO)}{MESSAGE_END}",
+    )
+    yield (
+        "y_k3_two_tools",
+        "K3.parallel",
+        "Calls to two different tools",
+        FORMAT,
+        think,
+        f"r{THINK_END}{tools(PARIS, call('search', 2, argument('query', 'news')))}{MESSAGE_END}",
+    )
+    yield (
+        "y_k3_typed_values",
+        "K3.values",
+        "Number, boolean, null, object and array values",
+        FORMAT,
+        think,
+        f"r{THINK_END}"
+        + tools(
+            call(
+                "get_weather",
+                1,
+                argument("city", "Rome"),
+                argument("days", "3", "number"),
+                argument("metric", "true", "boolean"),
+                argument("note", "null", "null"),
+                argument("where", '{"lat": 41.9, "lon": 12.5}', "object"),
+                argument("tags", '["a", 1, null]', "array"),
+            )
+        )
+        + MESSAGE_END,
+    )
+    yield (
+        "y_k3_string_raw_json_text",
+        "K3.values",
+        "A string value holding JSON text, quotes and newlines raw",
+        FORMAT,
+        think,
+        f"r{THINK_END}"
+        + tools(call("search", 1, argument("query", '{"q": "a \\"b\\""}\nline 2\t"x"')))
+        + MESSAGE_END,
+    )
+    yield (
+        "y_k3_string_with_special_tokens",
+        "K3.values",
+        "A string value holding <|open|> and <|sep|>: literal up to the argument's closer",
+        FORMAT,
+        think,
+        f"r{THINK_END}"
+        + tools(call("search", 1, argument("query", f"a{OPEN}b{SEP}c{CLOSE}d")))
+        + MESSAGE_END,
+    )
+    yield (
+        "y_k3_long_argument",
+        "K3.long",
+        "A 6,000-character string value (arguments arrive only when the call closes: "
+        "a liveness concern on the wire)",
+        THREADS["unstreamed-args"],
+        think,
+        f"r{THINK_END}" + tools(call("search", 1, argument("query", long_value))) + MESSAGE_END,
+    )
+    yield (
+        "y_k3_unicode_values",
+        "K3.utf8",
+        "CJK and emoji in a value and in the answer",
+        FORMAT,
+        think,
+        f"思考{THINK_END}{RESPONSE}答案 😀{RESPONSE_END}"
+        + tools(call("search", 1, argument("query", unicode_value)))
+        + MESSAGE_END,
+    )
+    yield (
+        "y_k3_empty_arguments",
+        "K3.values",
+        "A call with no argument: {}",
+        FORMAT,
+        think,
+        f"r{THINK_END}{tools(call('search', 1))}{MESSAGE_END}",
+    )
+    yield (
+        "y_k3_attribute_escapes",
+        "K3.names",
+        '&amp; and &quot; in attribute values decode to & and "',
+        FORMAT,
+        think,
+        f"r{THINK_END}"
+        + tools(
+            opener("call", {"tool": "search", "index": "1"})
+            + f'{OPEN}argument key="say &quot;hi&quot; &amp; go" type="string"{SEP}'
+            + f"v{closer('argument')}"
+            + closer("call")
+        )
+        + MESSAGE_END,
+    )
+    for label, name in (
+        ("dotted", "weather.get"),
+        ("hyphenated", "get-weather"),
+        ("non_ascii", "天气"),
+        ("angle_bracket", "a<b"),
+    ):
+        yield (
+            f"n_k3_{label}_tool_name",
+            "K3.names",
+            f"An undeclared {label.replace('_', ' ')} tool name is kept as written",
+            THREADS["tool-attr-lt"] if label == "angle_bracket" else FORMAT,
+            think,
+            f"r{THINK_END}{tools(call(name, 1, argument('city', 'x')))}{MESSAGE_END}",
+        )
+    yield (
+        "y_k3_global_index",
+        "K3.index",
+        "index is the conversation's call counter (5 here); the call is still OpenAI index 0",
+        THREADS["global-index"],
+        think,
+        f"r{THINK_END}{tools(call('get_weather', 5, argument('city', 'Lima')))}{MESSAGE_END}",
+    )
+    yield (
+        "y_k3_newlines_in_channels",
+        "K3.whitespace",
+        "Newlines inside the think and response channels are text",
+        FORMAT,
+        think,
+        f"\nr\n{THINK_END}{RESPONSE}\nok\n{RESPONSE_END}{MESSAGE_END}",
+    )
+    # the shapes of public bug threads
+    yield (
+        "n_k3_tools_opened_inside_think",
+        "K3.skipped-close",
+        "The model leaves think by opening tools, without <|close|>think<|sep|>",
+        THREADS["tools-in-think"],
+        think,
+        f"Need weather.{tools(PARIS)}{MESSAGE_END}",
+    )
+    yield (
+        "n_k3_response_opened_inside_think",
+        "K3.skipped-close",
+        "The model leaves think by opening response, without <|close|>think<|sep|>",
+        THREADS["tools-in-think"],
+        think,
+        f"Hm.{RESPONSE}Sunny.{RESPONSE_END}{MESSAGE_END}",
+    )
+    yield (
+        "i_k3_skipped_think_answer",
+        "K3.skipped-close",
+        "Thinking on, the model answers without think: text, then the response closer",
+        THREADS["skipped-think"],
+        think,
+        f"Sunny today.{RESPONSE_END}{MESSAGE_END}",
+    )
+    yield (
+        "n_k3_message_close_without_response_close",
+        "K3.leak",
+        "<|close|>message<|sep|> right after the answer: never content",
+        THREADS["message-leak"],
+        think,
+        f"r{THINK_END}{RESPONSE}Hi{closer('message')}",
+    )
+    yield (
+        "n_k3_eos_inside_think",
+        "K3.truncation",
+        "The output ends inside think (EOS or max_tokens): reasoning only",
+        THREADS["eos-in-think"],
+        think,
+        "Still thinking about",
+    )
+    yield (
+        "n_k3_tools_without_declared_tools",
+        "K3.request",
+        "No tools declared, the model writes a tools channel: no call, no markup in content",
+        THREADS["no-tools"],
+        {"thinking": True, "tools": ()},
+        f"r{THINK_END}{RESPONSE}Sure.{RESPONSE_END}{tools(PARIS)}{MESSAGE_END}",
+    )
+    yield (
+        "n_k3_tools_with_tool_choice_none",
+        "K3.request",
+        "tool_choice none, the model writes a tools channel: no call, no markup in content",
+        THREADS["no-tools"],
+        {"thinking": True, "tool_choice": "none"},
+        f"r{THINK_END}{RESPONSE}Sure.{RESPONSE_END}{tools(PARIS)}{MESSAGE_END}",
+    )
+    yield (
+        "i_k3_spaced_markers",
+        "K3.detokenizer",
+        "Spaces around tag names, as a detokenizer with spaces between specials writes them",
+        THREADS["spaced-markers"],
+        think,
+        f"r{CLOSE} think {SEP}{OPEN} response {SEP}Hi{CLOSE} response {SEP}{MESSAGE_END}",
+    )
+    yield (
+        "i_k3_typed_value_not_json",
+        "K3.values",
+        "A number value that is not JSON (3,5)",
+        THREADS["typed-not-json"],
+        think,
+        answer(call("get_weather", 1, argument("city", "x"), argument("days", "3,5", "number"))),
+    )
+    yield (
+        "i_k3_argument_closer_inside_value",
+        "K3.values",
+        "A string value holding <|close|>argument<|sep|>: the first closer ends it",
+        FORMAT,
+        think,
+        f"r{THINK_END}"
+        + tools(call("search", 1, argument("query", f"a{closer('argument')}b")))
+        + MESSAGE_END,
+    )
+    yield (
+        "i_k3_missing_type",
+        "K3.values",
+        "An argument without type (a string)",
+        FORMAT,
+        think,
+        f"r{THINK_END}{tools(call('get_weather', 1, argument('city', '12', None)))}{MESSAGE_END}",
+    )
+    yield (
+        "i_k3_unknown_type",
+        "K3.values",
+        'type="integer": JSON when it decodes',
+        FORMAT,
+        think,
+        answer(call("get_weather", 1, argument("city", "x"), argument("days", "7", "integer"))),
+    )
+    yield (
+        "i_k3_duplicate_key",
+        "K3.values",
+        "A key given twice",
+        FORMAT,
+        think,
+        answer(call("get_weather", 1, argument("city", "a"), argument("city", "b"))),
+    )
+    yield (
+        "n_k3_max_tokens_inside_call",
+        "K3.truncation",
+        "The output ends inside a call's argument (max_tokens): no call",
+        FORMAT,
+        think,
+        f"r{THINK_END}{TOOLS_OPEN}{opener('call', {'tool': 'get_weather', 'index': '1'})}"
+        + f"{opener('argument', {'key': 'city', 'type': 'string'})}Par",
+    )
+    yield (
+        "n_k3_max_tokens_after_open",
+        "K3.truncation",
+        "The output ends right after <|open|>: the fragment is not content",
+        FORMAT,
+        think,
+        f"r{THINK_END}{RESPONSE}Hi{RESPONSE_END}{OPEN}",
+    )
+    yield (
+        "n_k3_max_tokens_after_close",
+        "K3.truncation",
+        "The output ends right after <|close|>: the fragment is not content",
+        FORMAT,
+        off,
+        f"Hi{CLOSE}",
+    )
+    yield (
+        "n_k3_max_tokens_before_sep",
+        "K3.truncation",
+        "The output ends in a tag name before its <|sep|>",
+        FORMAT,
+        think,
+        f"r{THINK_END}{RESPONSE}Hi{RESPONSE_END}{OPEN}tools",
+    )
+    yield (
+        "n_k3_unclosed_tools_channel",
+        "K3.truncation",
+        "A complete call, then the output ends without <|close|>tools<|sep|>",
+        FORMAT,
+        think,
+        f"r{THINK_END}{TOOLS_OPEN}{PARIS}",
+    )
+    yield (
+        "i_k3_call_without_tool",
+        "K3.names",
+        "A call without a tool attribute",
+        FORMAT,
+        think,
+        f'r{THINK_END}{TOOLS_OPEN}{OPEN}call index="1"{SEP}{argument("city", "x")}'
+        + f"{closer('call')}{TOOLS_END}{MESSAGE_END}",
+    )
+    yield (
+        "i_k3_single_quoted_tool",
+        "K3.names",
+        "tool='get_weather' in single quotes",
+        FORMAT,
+        think,
+        f"r{THINK_END}{TOOLS_OPEN}{OPEN}call tool='get_weather' index=\"1\"{SEP}"
+        + f"{argument('city', 'x')}{closer('call')}{TOOLS_END}{MESSAGE_END}",
+    )
+    yield (
+        "i_k3_response_after_tools",
+        "K3.order",
+        "A response channel after the tools channel",
+        FORMAT,
+        think,
+        f"r{THINK_END}{tools(PARIS)}{RESPONSE}late{RESPONSE_END}{MESSAGE_END}",
+    )
+    yield (
+        "i_k3_two_tools_channels",
+        "K3.order",
+        "Two tools channels, one call each",
+        FORMAT,
+        think,
+        f"r{THINK_END}{tools(PARIS)}{tools(OSLO)}{MESSAGE_END}",
+    )
+    yield (
+        "i_k3_text_outside_channels",
+        "K3.order",
+        "Text between the think closer and the response",
+        FORMAT,
+        think,
+        f"r{THINK_END}pre{RESPONSE}Hi{RESPONSE_END}{MESSAGE_END}",
+    )
+    yield (
+        "i_k3_text_after_response_close",
+        "K3.order",
+        "Thinking off: text after the response closer",
+        FORMAT,
+        off,
+        f"Hi{RESPONSE_END}after{MESSAGE_END}",
+    )
+    yield (
+        "i_k3_text_after_message_end",
+        "K3.order",
+        "Text after <|end_of_msg|>",
+        FORMAT,
+        think,
+        f"r{THINK_END}{RESPONSE}Hi{RESPONSE_END}{MESSAGE_END}tail",
+    )
+
+
+def generate(seed: int = BASE_SEED) -> list[CompletionCase]:
+    rng = random.Random(seed)
+    cases = []
+    for case_id, klass, description, source, fields, output in _table(rng):
+        request = Request(
+            tools=fields.get("tools", TOOLS),
+            tool_choice=fields.get("tool_choice", "auto"),
+            thinking=fields["thinking"],
+        )
+        prefix, reasons = verdict(request, output)
+        if prefix != case_id[0]:
+            raise AssertionError(f"{case_id}: the verdict rule gives {prefix}_: {reasons}")
+        result = parse(output, request)
+        expected = Expectation(result.content, result.reasoning, result.tool_calls)
+        cases.append(
+            CompletionCase(
+                case_id,
+                description,
+                (klass,),
+                source,
+                request,
+                output,
+                None,
+                expected,
+                {"class": klass, "seed": seed},
+                family=FAMILY,
+            )
+        )
+    return cases
+
+
+def write(root: Path, cases: list[CompletionCase]) -> dict[Path, str]:
+    """The files of ``root/k3`` as they should be (path -> text)."""
+    return {
+        root / FOLDER / f"{case.id}.json": json.dumps(case.to_json(), ensure_ascii=False, indent=2)
+        + "\n"
+        for case in cases
+    }
+
+
+def main(argv: list[str]) -> int:
+    root = default_corpus_dir()
+    files = write(root, generate())
+    on_disk = {p: p.read_text(encoding="utf-8") for p in (root / FOLDER).glob("*.json")}
+    if argv == ["--check"]:
+        stale = sorted(str(p) for p in set(files) | set(on_disk) if files.get(p) != on_disk.get(p))
+        for path in stale:
+            print(f"differs from the generator: {path}")
+        return 1 if stale else 0
+    for path in set(on_disk) - set(files):
+        path.unlink()
+    (root / FOLDER).mkdir(exist_ok=True)
+    for path, text in files.items():
+        path.write_text(text, encoding="utf-8")
+    print(f"{len(files)} K3 cases in {root / FOLDER}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

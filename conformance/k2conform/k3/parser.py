@@ -1,0 +1,348 @@
+"""The Kimi K3 reference parser: one state machine for the one-shot and the streamed parse,
+linear in the output, every open point of the format a named policy (:data:`POLICIES`).
+
+The format (docs/k3.md): the output starts inside the channel the generation prompt opened
+(``think`` with thinking on, ``response`` with it off); channels are
+``<|open|>NAME<|sep|> ... <|close|>NAME<|sep|>``; a call is
+``<|open|>call tool="NAME" index="N"<|sep|>`` and its arguments
+``<|open|>argument key="K" type="T"<|sep|>VALUE<|close|>argument<|sep|>``, then
+``<|close|>call<|sep|>``; the message ends with ``<|close|>message<|sep|>`` and
+``<|end_of_msg|>``.  A value runs to the first ``<|close|>argument<|sep|>`` (the format has no
+escape); ids are not in the output (the server mints them, parse cells do not judge them).
+A call is streamed whole when it closes: its name and its arguments (a JSON object) in one
+delta.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import re
+from typing import Any
+
+from k2conform.k3.markers import CLOSE, END_OF_MSG, MARKERS, OPEN, SEP, unescape
+from k2conform.model import Request, Result, StreamEvent, ToolCall
+from k2conform.reference.parser import events_to_stream_event
+
+POLICIES: dict[str, str] = {
+    "K3.start": (
+        "The output starts inside the channel the generation prompt opened: think with "
+        "thinking on, response with it off."
+    ),
+    "K3.channel-ends-channel": (
+        "A think, response or tools channel opened inside another channel ends that channel "
+        "(the model skipped its closer: vllm-project/vllm#53246, #54273)."
+    ),
+    "K3.foreign-closer": (
+        "The closer of a channel other than the open one ends the open one (a skipped think: "
+        "`answer<|close|>response<|sep|>` with thinking on is reasoning; sgl-project/sglang "
+        "PR #37743 reads it as the answer)."
+    ),
+    "K3.channel-order": (
+        "A channel out of the order think, response, tools, or a second one of a kind, is read "
+        "as it comes."
+    ),
+    "K3.outside-text": (
+        "Text outside every channel, or inside tools but outside a call, is content: nothing "
+        "the model wrote is lost."
+    ),
+    "K3.text-in-call": "Text inside a call but outside an argument is dropped.",
+    "K3.unknown-tag": (
+        "A tag the format does not define where it stands (a name with spaces from a "
+        "detokenizer included, or a stray <|sep|>) is literal text where it stands."
+    ),
+    "K3.partial-tag-at-end": (
+        "A marker or tag cut by the end of the output (after <|open|> or <|close|>, or a name "
+        "before its <|sep|>) is dropped: a fragment of markup is never content."
+    ),
+    "K3.typed-value": "A value of type number, boolean, null, object or array is JSON.",
+    "K3.typed-value-not-json": "A typed value that does not decode as JSON stays the raw string.",
+    "K3.unknown-type": (
+        "A type outside the six is decoded as JSON when it decodes, else kept raw; no type "
+        "means string."
+    ),
+    "K3.duplicate-key": "A key given twice keeps its last value.",
+    "K3.call-without-tool": "A call without a non-empty tool attribute is dropped.",
+    "K3.unclosed-call": "A call the output ends inside, or another tag ends, is dropped.",
+    "K3.unclosed-channel": (
+        "A channel the output or the message closer ends inside is closed there: its text "
+        "counts, the closer never is content (vllm-project/vllm#51399)."
+    ),
+    "K3.index": (
+        "The index attribute is the conversation's call counter, not the OpenAI index: calls "
+        "are numbered by their order in the message."
+    ),
+    "K3.after-message": "Everything after <|close|>message<|sep|> or <|end_of_msg|> is dropped.",
+    "K3.no-calls-allowed": (
+        'With no tools declared or tool_choice "none", a tools channel is parsed as always '
+        "and its calls withheld: no call, and none of its markup in content "
+        "(sgl-project/sglang#39583)."
+    ),
+}
+
+ARGUMENT_CLOSER = f"{CLOSE}argument{SEP}"
+CHANNELS = ("think", "response", "tools")
+TYPES = frozenset({"string", "number", "boolean", "null", "object", "array"})
+_ATTRIBUTE = re.compile(r'(\w+)="([^"]*)"')
+
+
+class State(enum.Enum):
+    THINK = "think"
+    RESPONSE = "response"
+    TOP = "top"
+    TOOLS = "tools"
+    CALL = "call"
+    ARGUMENT = "argument"
+    DONE = "done"
+
+
+class K3Parser:
+    """``feed`` a piece of output, get the delta it releases; ``finish`` at the end;
+    ``result`` the whole reply."""
+
+    def __init__(self, request: Request | None = None) -> None:
+        request = request or Request()
+        self._calls_allowed = bool(request.tools) and request.tool_choice != "none"
+        self._state = State.THINK if request.thinking else State.RESPONSE
+        self._pending = ""
+        self._events: list[tuple[Any, ...]] = []
+        self._content: list[str] = []
+        self._reasoning: list[str] = []
+        self._calls: list[ToolCall] = []
+        self._policies: list[str] = []
+        self._fire("K3.start")
+        self._tool: str | None = None  # the open call's tool attribute
+        self._index: str | None = None  # and its index attribute
+        self._arguments: dict[str, Any] = {}
+        self._argument: tuple[str, str | None] = ("", None)  # the open argument's key, type
+        self._value: list[str] = []
+        self._trailing: list[str] = []  # what came after the message's end
+        self._furthest = CHANNELS.index(self._state.value)  # the latest channel in order seen
+
+    # -- public API -------------------------------------------------------------------
+
+    def feed(self, text: str) -> StreamEvent | None:
+        data, self._pending = self._pending + text, ""
+        self._scan(data, final=False)
+        return self._drain()
+
+    def finish(self) -> StreamEvent | None:
+        data, self._pending = self._pending, ""
+        self._scan(data, final=True)
+        if self._state in (State.CALL, State.ARGUMENT):
+            self._fire("K3.unclosed-call")
+        elif self._state in (State.THINK, State.RESPONSE, State.TOOLS):
+            self._fire("K3.unclosed-channel")
+        self._state = State.DONE
+        if "".join(self._trailing).replace(END_OF_MSG, "", 1):
+            self._fire("K3.after-message")
+        return self._drain()
+
+    def result(self) -> Result:
+        return Result(
+            content="".join(self._content) or None,
+            reasoning="".join(self._reasoning) or None,
+            tool_calls=tuple(self._calls),
+            meta={"policies": list(self._policies)},
+        )
+
+    # -- scanning ---------------------------------------------------------------------
+
+    def _scan(self, data: str, final: bool) -> None:
+        pos = 0
+        while pos < len(data) and self._state is not State.DONE:
+            if self._state is State.ARGUMENT:
+                pos = self._scan_value(data, pos, final)
+                continue
+            start = data.find("<|", pos)
+            if start < 0:
+                held = not final and data.endswith("<")  # may begin a marker
+                self._text(data[pos : len(data) - held])
+                self._pending = data[len(data) - held :]
+                return
+            self._text(data[pos:start])
+            marker = next((m for m in MARKERS if data.startswith(m, start)), None)
+            if marker is None:
+                if not final and any(m.startswith(data[start:]) for m in MARKERS):
+                    self._pending = data[start:]
+                    return
+                self._text("<")
+                pos = start + 1
+                continue
+            pos = self._marker(data, start, marker, final)
+            if pos < 0:
+                return
+        if self._state is State.DONE:
+            self._trailing.append(data[pos:])
+
+    def _scan_value(self, data: str, pos: int, final: bool) -> int:
+        """An argument value up to its closer; a tail that may begin the closer waits."""
+        end = data.find(ARGUMENT_CLOSER, pos)
+        if end >= 0:
+            self._value.append(data[pos:end])
+            self._end_argument()
+            return end + len(ARGUMENT_CLOSER)
+        held = 0 if final else _closer_prefix(data, pos)
+        self._value.append(data[pos : len(data) - held])
+        self._pending = data[len(data) - held :]
+        return len(data)
+
+    def _marker(self, data: str, start: int, marker: str, final: bool) -> int:
+        """Act on the marker at ``start``; the position after it, or -1 when the rest waits."""
+        after = start + len(marker)
+        if marker == END_OF_MSG:
+            if self._state is State.CALL:
+                self._fire("K3.unclosed-call")
+            self._state = State.DONE
+            return after
+        if marker == SEP:
+            self._fire("K3.unknown-tag")
+            self._text(SEP)
+            return after
+        sep = data.find(SEP, after)
+        interrupted = _next_marker(data, after, sep)
+        if interrupted >= 0 or (sep < 0 and final):
+            if interrupted < 0:  # the output ends inside the tag
+                self._fire("K3.partial-tag-at-end")
+                return len(data)
+            self._fire("K3.unknown-tag")
+            self._text(data[start:interrupted])
+            return interrupted
+        if sep < 0:
+            self._pending = data[start:]
+            return -1
+        head = data[after:sep]
+        if not self._tag(marker, head):
+            self._fire("K3.unknown-tag")
+            self._text(data[start : sep + len(SEP)])
+        return sep + len(SEP)
+
+    def _tag(self, marker: str, head: str) -> bool:
+        """Act on the tag ``marker + head + SEP``; False when it means nothing here."""
+        name, _, attributes = head.partition(" ")
+        state = self._state
+        if marker == CLOSE and name == "message" and not attributes:
+            if state in (State.CALL, State.ARGUMENT):
+                self._fire("K3.unclosed-call")
+            elif state.value in CHANNELS:
+                self._fire("K3.unclosed-channel")
+            self._state = State.DONE
+            return True
+        if state is State.CALL:
+            if marker == OPEN and name == "argument":
+                attrs = _attributes(attributes)
+                self._argument = (attrs.get("key", ""), attrs.get("type"))
+                self._value = []
+                self._state = State.ARGUMENT
+                return True
+            if marker == CLOSE and name == "call" and not attributes:
+                self._end_call()
+                return True
+            if name in ("call", "tools") + CHANNELS:
+                self._fire("K3.unclosed-call")
+                self._state = State.TOOLS
+                return self._tag(marker, head)
+            return False
+        if marker == OPEN and name in CHANNELS and not attributes:
+            if state in (State.THINK, State.RESPONSE, State.TOOLS):
+                self._fire("K3.channel-ends-channel")
+            if CHANNELS.index(name) <= self._furthest:
+                self._fire("K3.channel-order")
+            self._furthest = max(self._furthest, CHANNELS.index(name))
+            self._state = State(name)
+            return True
+        if marker == CLOSE and not attributes and name in CHANNELS and state.value in CHANNELS:
+            if name != state.value:
+                self._fire("K3.foreign-closer")
+            self._state = State.TOP
+            return True
+        if state is State.TOOLS and marker == OPEN and name == "call":
+            attrs = _attributes(attributes)
+            self._tool, self._index = attrs.get("tool"), attrs.get("index")
+            self._arguments = {}
+            self._state = State.CALL
+            return True
+        return False
+
+    def _end_argument(self) -> None:
+        key, kind = self._argument
+        raw = "".join(self._value)
+        value: Any = raw
+        if kind is None:
+            self._fire("K3.unknown-type")
+        elif kind != "string":
+            self._fire("K3.typed-value" if kind in TYPES else "K3.unknown-type")
+            try:
+                value = json.loads(raw)
+            except ValueError:
+                self._fire("K3.typed-value-not-json")
+        if key in self._arguments:
+            self._fire("K3.duplicate-key")
+        self._arguments[key] = value
+        self._state = State.CALL
+
+    def _end_call(self) -> None:
+        self._state = State.TOOLS
+        if not self._tool:
+            self._fire("K3.call-without-tool")
+            return
+        if not self._calls_allowed:
+            self._fire("K3.no-calls-allowed")
+            return
+        index = len(self._calls)
+        if self._index is not None and self._index != str(index + 1):
+            self._fire("K3.index")
+        arguments = json.dumps(self._arguments, ensure_ascii=False)
+        self._calls.append(ToolCall(name=self._tool, arguments=arguments))
+        self._events += [("call", index, None, self._tool), ("args", index, arguments)]
+
+    def _text(self, text: str) -> None:
+        if not text:
+            return
+        state = self._state
+        if state is State.THINK:
+            self._reasoning.append(text)
+            self._events.append(("reasoning", text))
+        elif state is State.CALL:
+            self._fire("K3.text-in-call")
+        elif state is not State.DONE:
+            if state in (State.TOP, State.TOOLS):
+                self._fire("K3.outside-text")
+            self._content.append(text)
+            self._events.append(("content", text))
+
+    def _fire(self, policy: str) -> None:
+        if policy not in self._policies:
+            self._policies.append(policy)
+
+    def _drain(self) -> StreamEvent | None:
+        events, self._events = self._events, []
+        return events_to_stream_event(events)
+
+
+def _attributes(text: str) -> dict[str, str]:
+    return {key: unescape(value) for key, value in _ATTRIBUTE.findall(text)}
+
+
+def _next_marker(data: str, start: int, stop: int) -> int:
+    """Where a marker other than ``<|sep|>`` begins in ``data[start:stop]`` (stop < 0: to the
+    end); -1 when none does."""
+    end = len(data) if stop < 0 else stop
+    found = [data.find(m, start, end) for m in (OPEN, CLOSE, END_OF_MSG)]
+    return min((f for f in found if f >= 0), default=-1)
+
+
+def _closer_prefix(data: str, pos: int) -> int:
+    """How many characters at the end of ``data[pos:]`` may begin :data:`ARGUMENT_CLOSER`."""
+    for size in range(min(len(ARGUMENT_CLOSER) - 1, len(data) - pos), 0, -1):
+        if ARGUMENT_CLOSER.startswith(data[len(data) - size :]):
+            return size
+    return 0
+
+
+def parse(text: str, request: Request | None = None) -> Result:
+    """One-shot parse of a complete K3 model output."""
+    parser = K3Parser(request)
+    parser.feed(text)
+    parser.finish()
+    return parser.result()
