@@ -124,10 +124,14 @@ def constrainable_cases(corpus: Path | None, globs: Sequence[str]) -> list[Compl
     from k2conform.run.matrix import select_cases
 
     cases = select_cases(load_corpus(corpus or default_corpus_dir()).completions, globs)
+    # the lane's engines are the K2 adapters; K3's structural tags are not in it yet (docs/k3.md)
     chosen = [
         c
         for c in cases
-        if c.request.tools and c.request.tool_choice != "none" and not c.request.server_options
+        if c.family == "k2"
+        and c.request.tools
+        and c.request.tool_choice != "none"
+        and not c.request.server_options
     ]
     if not chosen:
         raise UsageError(
