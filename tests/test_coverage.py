@@ -354,7 +354,7 @@ def test_vllm_engine_code_only_other_families_configure_is_found():
     from k2conform.coverage.reachability import CONTEXTS
 
     paths = ["vllm/parser/kimi_k2.py", "vllm/parser/engine/streaming_parser_engine.py"]
-    found = analyse({path: root / path for path in paths}, CONTEXTS["vllm"])
+    found = analyse({path: root / path for path in paths}, CONTEXTS["vllm", "k2"])
     source = (root / paths[1]).read_text().splitlines()
     array_body = next(n for n, line in enumerate(source, 1) if "def _feed_array_text" in line) + 1
     reasons = {found[paths[1]].unreachable.get(n, "") for n in range(array_body, array_body + 12)}

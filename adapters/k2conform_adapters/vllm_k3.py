@@ -147,12 +147,14 @@ class VllmK3Adapter(Adapter):
             enable_auto_tools=True,
             parser_cls=self._parser_cls,
         )
+        # chat_completion_full_generator counts the reasoning tokens right after parse
+        reasoning_tokens = call_parser(parser.count_reasoning_tokens, list(output.token_ids))
         ids = RandomIds.chatcmpl()
         return Result(
             content=fields.content,
             reasoning=fields.reasoning,
             tool_calls=tool_calls_of(fields.tool_calls, ids),
-            meta=ids.meta(version=self._version),
+            meta=ids.meta(version=self._version, reasoning_tokens=reasoning_tokens),
         )
 
     def parse_stream(self, request: Request, deltas: Sequence[Delta]) -> list[StreamEvent]:
@@ -175,4 +177,7 @@ class VllmK3Adapter(Adapter):
             event = event_of(step.delta, ids)
             if event is not None:
                 events.append(event)
+        generated = [i for delta in steps for i in delta.token_ids]
+        if generated:  # _include_reasoning_tokens_details: the count after the last output
+            call_parser(parser.count_reasoning_tokens, tuple(generated))
         return events

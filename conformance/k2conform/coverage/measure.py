@@ -210,8 +210,8 @@ def _adapter_entry(
             "status": "not measured",
             "reason": f"{availability.status}: {availability.reason}",
         }
-    package = target.files[0][0].split("/")[0]
-    reach = analyse({path: Path(real) for path, _, real in target.files}, CONTEXTS.get(package))
+    context = CONTEXTS.get((target.files[0][0].split("/")[0], target.family))
+    reach = analyse({path: Path(real) for path, _, real in target.files}, context)
     release = run["versions"][target.spec]  # the entries of the reviewed list name it
     files = [
         _file_entry(
@@ -231,7 +231,7 @@ def _adapter_entry(
         "modes": list(target.modes),
         "cells": sum(run["outcomes"][target.spec].values()),
         "outcomes": dict(sorted(run["outcomes"][target.spec].items())),
-        "kimi_context": package in CONTEXTS,
+        "kimi_context": context is not None,
         "release": release,
         "files": files,
         "totals": totals(files),

@@ -56,9 +56,9 @@ class KimiContext:
     state_attribute: str | None = None  #: ``self.<this>`` takes only the states the table reaches
 
 
-#: The Kimi contexts of the packages under test, by top-level package.
-CONTEXTS: dict[str, KimiContext] = {
-    "vllm": KimiContext(
+#: The Kimi contexts of the packages under test, by top-level package and format family.
+CONTEXTS: dict[tuple[str, str], KimiContext] = {
+    ("vllm", "k2"): KimiContext(
         classes=(
             "vllm.parser.kimi_k2:KimiK2Parser",
             "vllm.tool_parsers.kimi_k2_tool_parser:KimiK2ToolParser",
@@ -69,10 +69,23 @@ CONTEXTS: dict[str, KimiContext] = {
         config_names=("config", "parser_engine_config"),
         state_attribute="state",
     ),
-    "sglang": KimiContext(
+    ("sglang", "k2"): KimiContext(
         classes=(
             "sglang.srt.function_call.kimik2_detector:KimiK2Detector",
             "sglang.srt.parser.reasoning_parser:KimiK2Detector",
+        )
+    ),
+    ("vllm", "k3"): KimiContext(
+        classes=(
+            "vllm.parser.kimi_k3:KimiK3Parser",
+            "vllm.tool_parsers.kimi_k3_tool_parser:KimiK3ToolParser",
+            "vllm.reasoning.kimi_k3_reasoning_parser:KimiK3ReasoningParser",
+        )
+    ),
+    ("sglang", "k3"): KimiContext(
+        classes=(
+            "sglang.srt.function_call.kimik3_detector:KimiK3Detector",
+            "sglang.srt.parser.reasoning_parser:KimiK3Detector",
         )
     ),
 }

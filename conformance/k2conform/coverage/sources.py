@@ -26,6 +26,7 @@ class Target:
     files: tuple[
         tuple[str, str, str], ...
     ]  #: (path like "vllm/parser/kimi_k2.py", role, real path)
+    family: str = "k2"  #: the format family whose classes are Kimi's in the reachability rules
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,8 @@ def targets(
         else:
             located, reason = _locate(files)
             if located:
-                measured.append(Target(spec, adapter.name, modes, located))
+                family = adapter.families[0]
+                measured.append(Target(spec, adapter.name, modes, located, family))
                 continue
         skipped.append(NotMeasured(adapter.name, reason))
     return measured, skipped

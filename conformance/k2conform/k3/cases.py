@@ -502,6 +502,68 @@ def _table(rng: random.Random) -> Iterator[tuple[str, str, str, str, Mapping[str
         think,
         f"r{THINK_END}{RESPONSE}Hi{RESPONSE_END}{MESSAGE_END}tail",
     )
+    # the request decides which parsers run: no tools, tool_choice none, required, named
+    no_tools = {"thinking": True, "tools": ()}
+    yield (
+        "y_k3_no_tools_answer",
+        "K3.request",
+        "No tools declared: reasoning and an answer",
+        FORMAT,
+        no_tools,
+        f"r{THINK_END}{RESPONSE}Hi{RESPONSE_END}{MESSAGE_END}",
+    )
+    yield (
+        "y_k3_no_tools_thinking_off",
+        "K3.request",
+        "No tools declared, thinking off: an answer",
+        FORMAT,
+        {"thinking": False, "tools": ()},
+        f"Hi{RESPONSE_END}{MESSAGE_END}",
+    )
+    yield (
+        "n_k3_no_tools_response_opened_inside_think",
+        "K3.skipped-close",
+        "No tools declared: the model leaves think by opening response",
+        THREADS["tools-in-think"],
+        no_tools,
+        f"Hm.{RESPONSE}Sunny.{RESPONSE_END}{MESSAGE_END}",
+    )
+    yield (
+        "n_k3_no_tools_max_tokens_in_closer",
+        "K3.truncation",
+        "No tools declared, thinking off: the output ends inside the response closer's name",
+        FORMAT,
+        {"thinking": False, "tools": ()},
+        f"Hi{CLOSE}resp",
+    )
+    yield (
+        "i_k3_response_reopened_thinking_off",
+        "K3.order",
+        "Thinking off: the model opens the response channel the prompt already opened",
+        FORMAT,
+        off,
+        f"{RESPONSE}Hi{RESPONSE_END}{tools(PARIS)}{MESSAGE_END}",
+    )
+    yield (
+        "n_k3_tool_choice_none_thinking_off",
+        "K3.request",
+        "tool_choice none, thinking off: the model writes a tools channel",
+        THREADS["no-tools"],
+        {"thinking": False, "tool_choice": "none"},
+        f"Sure.{RESPONSE_END}{tools(PARIS)}{MESSAGE_END}",
+    )
+    for label, choice in (
+        ("required", "required"),
+        ("named", {"type": "function", "function": {"name": "get_weather"}}),
+    ):
+        yield (
+            f"y_k3_tool_choice_{label}",
+            "K3.request",
+            f"tool_choice {label}, thinking off: an empty response and the call",
+            FORMAT,
+            {"thinking": False, "tool_choice": choice},
+            f"{RESPONSE_END}{tools(PARIS)}{MESSAGE_END}",
+        )
 
 
 def generate(seed: int = BASE_SEED) -> list[CompletionCase]:
