@@ -10,7 +10,15 @@ import pytest
 
 from k2conform.case.corpus import CorpusError, case_from_json
 from k2conform.judge.stream import assemble
-from k2conform.model import Request, Result, StreamEvent, ToolCall, ToolCallDelta
+from k2conform.model import (
+    Request,
+    Result,
+    StreamEvent,
+    StreamKind,
+    StreamViolation,
+    ToolCall,
+    ToolCallDelta,
+)
 from k2conform.run.cell import adhoc_case, judge
 
 CALL = ToolCall("get_weather", '{"city": "Paris"}', "functions.get_weather:0")
@@ -52,7 +60,11 @@ def test_the_stream_carries_finish_reason_into_the_result_meta():
 
 def test_a_chunk_after_the_finishing_chunk_breaks_the_stream():
     assembled = assemble([StreamEvent(content="a", finish_reason="stop"), StreamEvent(content="b")])
-    assert assembled.violations == ("chunk 2: sent after the chunk with finish_reason 'stop'",)
+    assert assembled.violations == (
+        StreamViolation(
+            StreamKind.AFTER_FINISH, "chunk 2: sent after the chunk with finish_reason 'stop'"
+        ),
+    )
 
 
 @pytest.mark.parametrize(

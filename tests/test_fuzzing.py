@@ -367,7 +367,11 @@ CALL = ToolCall("get_weather", '{"city": "Paris"}', "functions.get_weather:0")
             Result(
                 content="Sure.",
                 tool_calls=(CALL,),
-                meta={"stream_violations": ["chunk 3: id of index 0 sent again"]},
+                meta={
+                    "stream_violations": [
+                        {"kind": "id-resent", "detail": "chunk 3: id of index 0 sent again"}
+                    ]
+                },
             ),
             ("broken-stream",),
         ),

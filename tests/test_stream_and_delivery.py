@@ -6,7 +6,14 @@ import pytest
 
 from k2conform import markers as mk
 from k2conform.delivery.modes import MODES, TOKEN_ALIGNED_MODES, case_seed, deliveries
-from k2conform.model import Delta, StreamEvent, ToolCall, ToolCallDelta
+from k2conform.model import (
+    Delta,
+    StreamEvent,
+    StreamKind,
+    StreamViolation,
+    ToolCall,
+    ToolCallDelta,
+)
 from k2conform.judge.stream import assemble
 from k2conform.delivery.tokenizer import load_tokenizer
 
@@ -38,7 +45,7 @@ def test_stream_invariant_violations_are_reported():
         StreamEvent(tool_calls=(ToolCallDelta(1, "a", "f", ""),)),
         StreamEvent(tool_calls=(ToolCallDelta(2, None, None, "{}"),)),
     ]
-    text = " | ".join(assemble(events).violations)
+    text = " | ".join(map(str, assemble(events).violations))
     for expected in (
         "marker bytes in a content delta",
         "not contiguous",
@@ -130,18 +137,20 @@ def test_a_late_id_and_name_are_kept_as_a_client_keeps_them_and_reported():
         )
     )
     assert assembled.result.tool_calls == (ToolCall("f", '{"a": 1}', "functions.f:0"),)
-    assert assembled.violations[0] == "chunk 1: first delta of index 0 has no name"
-    assert assembled.violations[-2:] == (
-        "chunk 3: id of index 0 sent again",
-        "chunk 3: name of index 0 sent again",
+    assert assembled.violations[0] == StreamViolation(
+        StreamKind.NO_NAME, "chunk 1: first delta of index 0 has no name"
     )
-    assert len(assembled.violations) == 5
+    assert assembled.violations[-2:] == (
+        StreamViolation(StreamKind.ID_RESENT, "chunk 3: id of index 0 sent again"),
+        StreamViolation(StreamKind.NAME_RESENT, "chunk 3: name of index 0 sent again"),
+    )
+    assert [v.kind for v in assembled.violations[1:3]] == [StreamKind.ID_LATE, StreamKind.NAME_LATE]
 
 
 def test_a_call_whose_name_never_arrives_is_named_empty():
     assembled = assemble(_call_deltas(ToolCallDelta(0, "functions.f:0", None, "{}")))
     assert assembled.result.tool_calls == (ToolCall("", "{}", "functions.f:0"),)
-    assert assembled.violations == ("chunk 1: first delta of index 0 has no name",)
+    assert [str(v) for v in assembled.violations] == ["chunk 1: first delta of index 0 has no name"]
 
 
 def test_a_late_id_is_reported_as_late_not_as_sent_again():
@@ -149,8 +158,8 @@ def test_a_late_id_is_reported_as_late_not_as_sent_again():
         ToolCallDelta(0, None, "f", "{"), ToolCallDelta(0, "functions.f:0", None, "}")
     )
     violations = assemble(late_id).violations
-    assert violations and not any("sent again" in v for v in violations), violations
-    assert any("id of index 0 first sent after its first delta" in v for v in violations)
+    assert [v.kind for v in violations] == [StreamKind.ID_LATE], violations
+    assert str(violations[0]) == "chunk 2: id of index 0 first sent after its first delta"
     assert assemble(late_id).result.tool_calls[0].id == "functions.f:0"  # the client still gets it
 
 
@@ -158,7 +167,9 @@ def test_the_finish_reason_is_kept_and_nothing_may_follow_its_chunk():
     done = assemble([StreamEvent(content="Hi"), StreamEvent(finish_reason="stop")])
     assert done.violations == () and done.result.meta == {"finish_reason": "stop"}
     late = assemble([StreamEvent(finish_reason="tool_calls"), StreamEvent(content="x")])
-    assert late.violations == ("chunk 2: sent after the chunk with finish_reason 'tool_calls'",)
+    assert [(v.kind, str(v)) for v in late.violations] == [
+        (StreamKind.AFTER_FINISH, "chunk 2: sent after the chunk with finish_reason 'tool_calls'")
+    ]
     assert assemble([StreamEvent(content="Hi")]).result.meta == {}
     trailing = assemble([StreamEvent(finish_reason="stop"), StreamEvent(content="x")])
     assert trailing.result.meta == {"finish_reason": "stop"}  # a trailing chunk keeps it

@@ -96,6 +96,42 @@ class WireViolation:
         return cls(WireKind(data["kind"]), str(data["detail"]))
 
 
+class StreamKind(StrEnum):
+    """One invariant of a delta stream each, as a client reassembles it (``judge.stream``)."""
+
+    AFTER_FINISH = "after-finish"  #: a chunk after the one with finish_reason
+    MARKER_IN_CONTENT = "marker-in-content"  #: marker bytes in a content delta
+    INDEX_GAP = "index-gap"  #: a new call's index is not the next one
+    NO_NAME = "first-delta-without-name"  #: a call's first delta has no name
+    ID_RESENT = "id-resent"  #: a call's id sent again (clients concatenate it)
+    NAME_RESENT = "name-resent"
+    ID_LATE = "id-late"  #: a call's id first sent after its first delta
+    NAME_LATE = "name-late"
+
+
+@dataclass(frozen=True)
+class StreamViolation:
+    """A stream broke one invariant clients rely on; ``detail`` says where (``chunk N: ...``)."""
+
+    kind: StreamKind
+    detail: str
+
+    def __str__(self) -> str:
+        return self.detail
+
+    def to_json(self) -> dict[str, str]:
+        return {"kind": self.kind.value, "detail": self.detail}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> StreamViolation:
+        return cls(StreamKind(data["kind"]), str(data["detail"]))
+
+
+def stream_violations(result: Result) -> tuple[StreamViolation, ...]:
+    """The stream invariants a streamed result broke (``meta.stream_violations``)."""
+    return tuple(StreamViolation.from_json(v) for v in result.meta.get("stream_violations") or ())
+
+
 #: The closed set of fields a difference can name, in report order.
 #: ``grammar``: an engine's grammar rejects a well-formed output or admits one outside its
 #: request (``k2conform grammar``).  ``wire:KIND``: a server's bytes break that rule of the

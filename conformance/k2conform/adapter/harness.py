@@ -63,7 +63,8 @@ def execute(adapter: Adapter, request: Request, delivery: Delivery) -> Result:
         else:
             assembled, wire = streamed
             result = assembled.result.with_meta(
-                chunks=assembled.chunks, stream_violations=list(assembled.violations)
+                chunks=assembled.chunks,
+                stream_violations=[v.to_json() for v in assembled.violations],
             )
             if wire:
                 result = result.with_meta(wire_violations=[v.to_json() for v in wire])

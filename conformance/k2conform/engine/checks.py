@@ -302,7 +302,7 @@ def _ask_stream(
         "content": assembled.result.content,
         "calls": calls,
         "finish_reason": finish,
-        "violations": list(assembled.violations),
+        "violations": [str(v) for v in assembled.violations],
     }
 
 

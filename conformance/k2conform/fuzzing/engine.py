@@ -24,7 +24,7 @@ from k2conform.case.corpus import CompletionCase, Expectation, load_case
 from k2conform.case.verdict import verdict as case_verdict
 from k2conform.fuzzing.signature import KINDS, classify, components, signature, slug
 from k2conform.fuzzing.workers import claims_dir, table_path
-from k2conform.model import Delta, Request, Result
+from k2conform.model import Delta, Request, Result, StreamKind, stream_violations
 
 #: Delivery modes the fuzzers accept: the in-process ones; ``stream-recorded`` replays the
 #: pieces the fuzz input's cut list makes (as a case replays its recorded deltas).
@@ -188,7 +188,7 @@ class Engine:
         for variant in variants:
             streamed = self.run(self.reference, request, variant)
             broken = [
-                v for v in streamed.meta.get("stream_violations") or () if "marker bytes" not in v
+                v for v in stream_violations(streamed) if v.kind is not StreamKind.MARKER_IN_CONTENT
             ]
             if streamed.outcome != "ok" or broken or _observable(streamed) != _observable(expected):
                 raise HarnessBug(

@@ -16,7 +16,7 @@ from typing import Iterable, Mapping, Sequence
 
 from k2conform.judge.compare import compare_arguments
 from k2conform.markers import LEAK_MARKERS
-from k2conform.model import Result
+from k2conform.model import Result, StreamKind, stream_violations
 
 #: Every kind, in the order a signature lists them.
 KINDS: tuple[str, ...] = (
@@ -69,7 +69,7 @@ def classify(expected: Result, observed: Result) -> tuple[str, ...]:
         if (expected.reasoning or "") != (observed.reasoning or ""):
             kinds.add("reasoning-drift")
     # Marker bytes in content deltas are judged above, against the expectation.
-    if any("marker bytes" not in v for v in observed.meta.get("stream_violations") or ()):
+    if any(v.kind is not StreamKind.MARKER_IN_CONTENT for v in stream_violations(observed)):
         kinds.add("broken-stream")
     return tuple(k for k in KINDS if k in kinds)
 

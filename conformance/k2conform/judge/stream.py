@@ -14,7 +14,14 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from k2conform.markers import LEAK_MARKERS
-from k2conform.model import Result, StreamEvent, ToolCall, join_text
+from k2conform.model import (
+    Result,
+    StreamEvent,
+    StreamKind,
+    StreamViolation,
+    ToolCall,
+    join_text,
+)
 
 
 @dataclass
@@ -27,7 +34,7 @@ class _Assembling:
 @dataclass(frozen=True)
 class Assembled:
     result: Result
-    violations: tuple[str, ...]
+    violations: tuple[StreamViolation, ...]
     chunks: int
 
 
@@ -36,7 +43,11 @@ def assemble(events: Iterable[StreamEvent | None]) -> Assembled:
     content: list[str | None] = []
     reasoning: list[str | None] = []
     calls: dict[int, _Assembling] = {}
-    violations: list[str] = []
+    violations: list[StreamViolation] = []
+
+    def broke(kind: StreamKind, what: str) -> None:
+        violations.append(StreamViolation(kind, f"chunk {chunks}: {what}"))
+
     finish_reason: str | None = None
     chunks = 0
     for event in events:
@@ -44,43 +55,42 @@ def assemble(events: Iterable[StreamEvent | None]) -> Assembled:
             continue
         chunks += 1
         if finish_reason is not None:
-            violations.append(
-                f"chunk {chunks}: sent after the chunk with finish_reason {finish_reason!r}"
+            broke(
+                StreamKind.AFTER_FINISH,
+                f"sent after the chunk with finish_reason {finish_reason!r}",
             )
         elif event.finish_reason is not None:
             finish_reason = event.finish_reason
         content.append(event.content)
         reasoning.append(event.reasoning)
         if event.content and any(m in event.content for m in LEAK_MARKERS):
-            violations.append(f"chunk {chunks}: marker bytes in a content delta")
+            broke(StreamKind.MARKER_IN_CONTENT, "marker bytes in a content delta")
         for delta in event.tool_calls:
             call = calls.get(delta.index)
             if call is None:
                 if delta.index != len(calls):
-                    violations.append(
-                        f"chunk {chunks}: index {delta.index} after {len(calls)} calls (not "
-                        "contiguous)"
+                    broke(
+                        StreamKind.INDEX_GAP,
+                        f"index {delta.index} after {len(calls)} calls (not contiguous)",
                     )
                 if delta.name is None:
-                    violations.append(
-                        f"chunk {chunks}: first delta of index {delta.index} has no name"
-                    )
+                    broke(StreamKind.NO_NAME, f"first delta of index {delta.index} has no name")
                 call = calls[delta.index] = _Assembling(delta.id, delta.name)
             else:
                 # openai-python concatenates repeated string fields, so a resent id or
                 # name corrupts the client's call even when it is identical; one that comes
                 # only after the call's first delta breaks the invariant too, differently.
-                for what, sent, known in (
-                    ("id", delta.id, call.id),
-                    ("name", delta.name, call.name),
+                for what, sent, known, kinds in (
+                    ("id", delta.id, call.id, (StreamKind.ID_RESENT, StreamKind.ID_LATE)),
+                    ("name", delta.name, call.name, (StreamKind.NAME_RESENT, StreamKind.NAME_LATE)),
                 ):
-                    if sent:
-                        when = (
-                            "sent again"
-                            if known is not None
-                            else "first sent after its first delta"
+                    if sent and known is not None:
+                        broke(kinds[0], f"{what} of index {delta.index} sent again")
+                    elif sent:
+                        broke(
+                            kinds[1],
+                            f"{what} of index {delta.index} first sent after its first delta",
                         )
-                        violations.append(f"chunk {chunks}: {what} of index {delta.index} {when}")
                 call.id = call.id if call.id is not None else delta.id
                 call.name = call.name if call.name is not None else delta.name
             if delta.arguments:

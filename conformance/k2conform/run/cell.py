@@ -28,7 +28,9 @@ from k2conform.model import (
     Request,
     Result,
     ResultOutcome,
+    StreamKind,
     WireViolation,
+    stream_violations,
 )
 
 #: A cell past its deadline is run once more with this many times the deadline before it is a
@@ -265,9 +267,9 @@ def _wire_diffs(result: Result) -> list[FieldDiff]:
 def _stream_diffs(result: Result, whole: Result | None) -> list[FieldDiff]:
     """Stream invariants, and the stream's calls against the same adapter's one-shot parse."""
     diffs = []
-    for violation in result.meta.get("stream_violations") or ():
-        field_name = "index" if "contiguous" in violation else "stream-invariant"
-        diffs.append(FieldDiff(field_name, None, violation, "stream"))
+    for violation in stream_violations(result):
+        field_name = "index" if violation.kind is StreamKind.INDEX_GAP else "stream-invariant"
+        diffs.append(FieldDiff(field_name, None, violation.detail, "stream"))
     if whole is not None and whole.outcome == ResultOutcome.OK:
         w_calls, s_calls = whole.tool_calls, result.tool_calls
         if len(w_calls) != len(s_calls):
