@@ -55,16 +55,18 @@ matrix-grammar: grammars
 	$(BIN)/k2conform grammar --baseline baseline-grammar.json \
 		--html report/grammar/index.html --json report/grammar/results.json --markdown report/grammar/summary.md
 
-# The real-server lane: the whole corpus through the real vLLM server (both server modes),
-# gated by its own reviewed baseline.  About 7 minutes on 2 cores; .ci/run runs it after the tests.
+# The real-server lane: the whole corpus through the real vLLM server (both server modes; the
+# Kimi K3 cases through a second server running the kimi_k3 parsers), gated by its own
+# reviewed baseline.  About 7 minutes on 2 cores; .ci/run runs it after the tests.
 matrix-servers: servers
-	$(BIN)/k2conform run --adapter vllm-server --baseline baseline-servers.json $(SERVER_CASES) \
+	$(BIN)/k2conform run --adapter vllm-server --adapter vllm-server-k3 --baseline baseline-servers.json $(SERVER_CASES) \
 		--html report/servers/index.html --json report/servers/results.json --markdown report/servers/summary.md
 	[ -n "$(SERVER_CASES)" ] || $(PYTHON) .ci/lanes.py record servers
 
 # The server lane's guard (.ci/run, when .ci/lanes.py finds its inputs unchanged since its last
-# full pass): the real server on the release guard's cases and every server-only case.
-SERVER_GUARD = $(RELEASE_GUARD) --case '*server*'
+# full pass): the real server on the release guard's cases, every server-only case and every
+# Kimi K3 case (55, the K3 server's whole lane).
+SERVER_GUARD = $(RELEASE_GUARD) --case '*server*' --case '*_k3_*'
 matrix-servers-guard:
 	$(MAKE) matrix-servers SERVER_CASES="$(SERVER_GUARD)"
 

@@ -52,6 +52,8 @@ CASES = (
     "y_server_stream_include_usage",
     "n_server_tool_choice_none_call_in_output",
 )
+#: Kimi K3 cases: run by vllm-server-k3, a second server with the kimi_k3 parsers
+K3_CASES = ("y_k3_think_response_call", "n_k3_tools_opened_inside_think")
 
 
 # -- without a server ------------------------------------------------------------------------
@@ -222,6 +224,8 @@ def server_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
                 "run",
                 "--adapter",
                 "vllm-server",
+                "--adapter",
+                "vllm-server-k3",
                 "--json",
                 str(root / "results.json"),
                 "--run-dir",
@@ -231,7 +235,7 @@ def server_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
                 "--timeout",
                 "120",
             ]
-            for case in CASES:
+            for case in CASES + K3_CASES:
                 command += ["--case", case]
             env = {k: v for k, v in os.environ.items() if k != vllm_server.URL_ENV}
             proc = subprocess.run(
@@ -290,7 +294,7 @@ def test_golden_calls_come_back_through_the_real_server(server_run, mode):
 @pytest.mark.server
 def test_every_cell_ran_and_the_forcing_held(server_run):
     assert {mode for _, mode in server_run["cells"]} == set(dl.SERVER_MODES)
-    assert len(server_run["cells"]) == 2 * len(CASES)
+    assert len(server_run["cells"]) == 2 * len(CASES + K3_CASES)
     row = next(a for a in server_run["results"]["adapters"] if a["name"] == "vllm-server")
     assert row["status"] == "ok" and row["version"] == "0.32.0"
     for (case, mode), cell in server_run["cells"].items():
@@ -421,6 +425,23 @@ def test_the_engine_plugin_passes_the_real_server_and_names_the_check_a_broken_r
     assert (
         "y_probe_single_call:" not in failing.stdout.split("k2conform engine summary")[0]
     )  # the clean probe still passes
+
+
+@pytest.mark.server
+def test_kimi_k3_through_a_second_real_server_with_the_kimi_k3_parsers(server_run):
+    """vllm-server-k3 starts its own server (--tool-call-parser/--reasoning-parser kimi_k3)
+    beside vllm-server's; the spec's call comes back, and a tools channel opened inside think
+    loses its call there as in process (vllm-project/vllm#53246)."""
+    log = (server_run["root"] / "run" / "vllm-server-k3" / "server.log").read_text()
+    assert "--tool-call-parser kimi_k3" in log and "--reasoning-parser kimi_k3" in log
+    for mode in dl.SERVER_MODES:
+        spec = _cell(server_run, "y_k3_think_response_call", mode)
+        assert spec["adapter"] == "vllm-server-k3" and spec["outcome"] == "agree", spec
+        assert [(n, json.loads(a)) for _, n, a in _calls(spec)] == [
+            ("get_weather", {"city": "Paris"})
+        ]
+        lost = _cell(server_run, "n_k3_tools_opened_inside_think", mode)["observed"]
+        assert lost["tool_calls"] == [] and "<|open|>tools<|sep|>" in lost["reasoning"]
 
 
 @pytest.mark.server

