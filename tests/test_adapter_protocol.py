@@ -18,6 +18,7 @@ import pytest
 
 from k2conform.delivery import modes as dl
 from k2conform.case.corpus import load_corpus
+from k2conform.adapter.contract import Adapter
 from k2conform.adapter.harness import execute
 from k2conform.adapter.registry import create_adapter, load
 from k2conform.delivery.tokenizer import load_tokenizer
@@ -217,20 +218,16 @@ def test_a_lone_surrogate_in_a_result_survives_the_protocol(monkeypatch, capsys)
     from k2conform.adapter import serve as serve_adapter
     from k2conform.model import Result
 
-    class Surrogate:
-        name, package, supported_versions, description = "surrogate", None, (), "test"
-
-        def supported(self):
-            return None
+    class Surrogate(Adapter):
+        name, description = "surrogate", "test"
 
         def version(self):
             return "0"
 
-        def load(self):
-            pass
-
         def parse_whole(self, request, output):
             return Result(content="a\ud800b")
+
+        parse_stream = parse_whole
 
     out = io.BytesIO()
     wrapper = io.TextIOWrapper(out, encoding="utf-8", write_through=True)

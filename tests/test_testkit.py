@@ -8,6 +8,7 @@ import textwrap
 
 import pytest
 
+from k2conform.adapter.contract import Adapter
 from k2conform.run.cell import run_cell
 from k2conform.testkit.kit import BaselinedDeviation, ConformanceFailure, ConformanceKit, describe
 from k2conform.gate.baseline import BaselineEntry
@@ -165,23 +166,21 @@ def test_the_kit_distributes_under_xdist_with_the_serial_verdicts(downstream_run
     assert parallel.returncode == serial.returncode == 1
 
 
-class _SlowOnce:
+class _SlowOnce(Adapter):
     """A reference adapter whose first parse hangs past any small deadline, the next ones not."""
+
+    name = "slow"
 
     def __init__(self, hang_every_time: bool):
         from k2conform_adapters.reference import ReferenceAdapter
 
         self.inner, self.hang_every_time, self.calls = ReferenceAdapter(), hang_every_time, 0
-        self.name, self.package, self.supported_versions = "slow", None, ()
 
     def version(self):
         return "1"
 
-    def supported(self):
-        return None
-
-    def load(self):
-        pass
+    def parse_stream(self, request, deltas):
+        return self.inner.parse_stream(request, deltas)
 
     def parse_whole(self, request, output):
         import time

@@ -457,7 +457,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = RunConfig(root, tuple(names), args.jobs, CellSettings.from_args(args), run_dir)
     matrix = Matrix(config, progress=progress_printer())
     started = time.monotonic()
-    options = {n: getattr(a, "request_options", ()) for n, a in zip(names, adapters)}
+    options = {n: a.request_options for n, a in zip(names, adapters)}
     families = {n: a.families for n, a in zip(names, adapters)}
     tasks = plan(cases, names, modes, per_adapter, options, families)
     with _sigterm_interrupts():

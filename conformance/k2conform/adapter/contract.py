@@ -19,6 +19,7 @@ import importlib
 import importlib.metadata
 from abc import ABC, abstractmethod
 from contextlib import contextmanager
+from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable, ClassVar, Iterator, Sequence, TypeVar
 
@@ -121,6 +122,16 @@ class Adapter(ABC):
     #: The format families it parses (``case.corpus.FAMILIES``): the matrix plans a cell only
     #: where a case's family is among them, so nothing downstream asks which family a case is.
     families: ClassVar[tuple[str, ...]] = ("k2",)
+    #: The delivery modes it takes; None: every in-process mode (``delivery.modes``), a
+    #: server adapter names the server modes.
+    delivery_modes: ClassVar[tuple[str, ...] | None] = None
+    #: The shortest deadline of its cells, in seconds (the runner takes the longer of this and
+    #: ``--timeout``): a real server generates a 30,000-token case in minutes.
+    cell_timeout: ClassVar[float] = 0.0
+    #: Requests it serves at once: the runner's worker count for it (0: one per core).
+    parallel_requests: ClassVar[int] = 0
+    #: Whether a run that names no adapter runs it (False: a real server, asked for by name).
+    run_by_default: ClassVar[bool] = True
 
     def version(self) -> str | None:
         """The installed release of the parser's package, or None when it is not installed.
@@ -157,3 +168,27 @@ class Adapter(ABC):
     ) -> list[StreamEvent] | StreamReply:
         """Feed the deltas one by one to the streaming API; return every delta message sent
         (a server adapter: with the wire contract's violations, a ``StreamReply``)."""
+
+    @contextmanager
+    def run_session(self, run_dir: Path) -> Iterator[dict[str, str]]:
+        """Run-wide set-up in the runner's process, before its workers start and after they
+        end (a real server): yields the environment variables the workers need."""
+        yield {}
+
+    def structural_tag(self, request: Request) -> str | None:
+        """The structural tag its server hands the grammar engine for this request
+        (``k2conform grammar``); None: decoding is not constrained, or it models no grammar."""
+        return None
+
+    def repro_script(
+        self,
+        request: Request,
+        deltas: Sequence[Delta],
+        mode: str,
+        *,
+        expected: dict[str, Any] | None = None,
+        case_id: str | None = None,
+    ) -> str | None:
+        """A standalone script that reproduces this parse outside k2conform
+        (``report-finding``); None: it has no template (NO SCRIPT)."""
+        return None

@@ -34,7 +34,7 @@ def default_adapter_names() -> list[str]:
     (``run_by_default = False``: a real server, minutes per run)."""
     points = _entry_points()
     return [
-        n for n in adapter_names() if getattr(_adapter_class(points[n]), "run_by_default", True)
+        n for n in adapter_names() if _adapter_class(points[n]).run_by_default
     ]
 
 

@@ -126,7 +126,7 @@ def _run_cells(targets: Sequence[Target], source: Source, settings: Any) -> dict
     availability = {spec: load(adapter) for spec, adapter in adapters.items()}
     ready = [t.spec for t in targets if availability[t.spec].status == "ok"]
     modes = tuple(dict.fromkeys(m for t in targets for m in t.modes))
-    options = {spec: getattr(adapter, "request_options", ()) for spec, adapter in adapters.items()}
+    options = {spec: adapter.request_options for spec, adapter in adapters.items()}
     families = {spec: adapter.families for spec, adapter in adapters.items()}
     tasks = plan(cases, ready, modes, {t.spec: t.modes for t in targets}, options, families)
     by_id = {case.id: case for case in cases}
@@ -163,12 +163,9 @@ def _grammar_requests(adapters: dict[str, Any], ready: Sequence[str], cases: Seq
             requests.setdefault(json.dumps(request.to_json(), sort_keys=True), request)
     built = 0
     for spec in ready:
-        build = getattr(adapters[spec], "structural_tag", None)
-        if build is None:
-            continue
+        build = adapters[spec].structural_tag
         for request in requests.values():
-            guarded(lambda request=request: build(request))
-            built += 1
+            built += guarded(lambda request=request: build(request)) is not None
     return built
 
 

@@ -17,10 +17,13 @@ from __future__ import annotations
 import hashlib
 import random
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import TYPE_CHECKING, Protocol, Sequence
 
 from k2conform import markers as mk
 from k2conform.model import Delta
+
+if TYPE_CHECKING:  # the contract names the delivery modes: typing only, no import cycle
+    from k2conform.adapter.contract import Adapter
 
 MODES: dict[str, str] = {
     "whole": "the complete output, through the one-shot API",
@@ -69,17 +72,16 @@ DEFAULT_MODES = tuple(
 )
 
 
-def adapter_modes(adapter: object) -> tuple[str, ...]:
+def adapter_modes(adapter: Adapter) -> tuple[str, ...]:
     """The modes an adapter takes: its ``delivery_modes``, else every non-server mode
     (``stream-holdback`` only where its server holds text back, ``stop_string_holdback``)."""
-    own = getattr(adapter, "delivery_modes", None)
-    if own:
-        return tuple(own)
-    holdback = getattr(adapter, "stop_string_holdback", False)
+    if adapter.delivery_modes:
+        return tuple(adapter.delivery_modes)
+    holdback = adapter.stop_string_holdback
     return tuple(m for m in MODES if m not in SERVER_MODES and (holdback or m != "stream-holdback"))
 
 
-def planned_modes(adapter: object, opt_in: Sequence[str] = ()) -> tuple[str, ...]:
+def planned_modes(adapter: Adapter, opt_in: Sequence[str] = ()) -> tuple[str, ...]:
     """The modes a run gives an adapter when none is asked for: those it takes, less the
     opt-in ones not in ``opt_in``."""
     return tuple(m for m in adapter_modes(adapter) if m not in OPT_IN_MODES or m in opt_in)

@@ -174,9 +174,7 @@ def cmd_report_finding(args: argparse.Namespace) -> int:
 def _script(
     adapter: Any, case: CompletionCase, variant: dl.Delivery, expected: dict | None
 ) -> str | None:
-    method = getattr(adapter, "repro_script", None)
-    if method is None:
-        return None
+    method = adapter.repro_script
     context = {"expected": expected, "case_id": case.id}
     parameters = inspect.signature(method).parameters
     if not any(p.kind is p.VAR_KEYWORD for p in parameters.values()):

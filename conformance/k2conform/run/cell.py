@@ -68,7 +68,7 @@ class CellSettings:
         """The settings with the deadline an adapter asks for when it needs longer
         (``cell_timeout``:
         a real server generates a 30,000-token case in minutes, not seconds)."""
-        wanted = getattr(adapter, "cell_timeout", 0) or 0
+        wanted = adapter.cell_timeout
         return replace(self, deadline=wanted) if wanted > self.deadline else self
 
     @property
@@ -187,7 +187,7 @@ def _mode_unfit(adapter: Any, case: CompletionCase, mode: str) -> str | None:
     if mode not in dl.adapter_modes(adapter):
         modes = ", ".join(dl.adapter_modes(adapter))
         return f"{adapter.name} takes the delivery modes {modes}, not {mode}"
-    return case_unfit(case, mode, getattr(adapter, "request_options", ()))
+    return case_unfit(case, mode, adapter.request_options)
 
 
 def _judged(

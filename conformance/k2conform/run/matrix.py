@@ -186,7 +186,7 @@ class Matrix:
         wanted = max(
             [
                 os.cpu_count() or 1,
-                *(getattr(a, "parallel_requests", 0) for a in self.adapters.values()),
+                *(a.parallel_requests for a in self.adapters.values()),
             ]
         )
         jobs = max(1, min(self.config.jobs or wanted, len(tasks) or 1))
@@ -293,7 +293,7 @@ def in_shard(case_id: str, k: int, n: int) -> bool:
 def adapter_sessions(adapters: Iterable[Any], run_dir: Path | None) -> Iterator[None]:
     """Run-wide set-up in the parent process, before the workers start and after they end.
 
-    An adapter may define ``run_session(run_dir)``, a context manager yielding environment
+    Each adapter's ``run_session(run_dir)`` (``Adapter``'s yields nothing) yields environment
     variables for the workers (``vllm-server`` starts its server there and publishes the
     URL).  The variables are set for the run's duration, so spawned workers inherit them.
     """
@@ -301,9 +301,7 @@ def adapter_sessions(adapters: Iterable[Any], run_dir: Path | None) -> Iterator[
     saved = dict(os.environ)
     with ExitStack() as stack:
         for adapter in adapters:
-            hook = getattr(adapter, "run_session", None)
-            if hook is not None:
-                os.environ.update(stack.enter_context(hook(run_dir)))
+            os.environ.update(stack.enter_context(adapter.run_session(run_dir)))
         try:
             yield
         finally:
