@@ -40,12 +40,14 @@ def shortfall(results: RunResults) -> list[str]:
 
 
 def case_summary(case: CompletionCase) -> dict[str, Any]:
-    """What the reports show of a case."""
+    """What the reports show of a case, and what they need to derive its deliveries again
+    (the request: ``stream-after-cutoff``'s prelude calls its first declared tool)."""
     return {
         "id": case.id,
         "verdict": case.verdict,
         "description": case.description,
         "tags": list(case.tags),
+        "request": case.request.to_json(),
         "model_output": case.model_output,
         "deltas": list(case.deltas) if case.deltas else None,
         "expected": case.expected.to_json() if case.expected else None,
