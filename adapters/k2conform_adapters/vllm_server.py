@@ -60,7 +60,6 @@ from k2conform.judge.wire import check_stream, check_whole, parse_sse
 from k2conform.k3 import markers as k3_markers
 from k2conform.model import Delta, Request, Result, StreamEvent, StreamReply
 from k2conform.resources import checkout_root
-from k2conform.run.cell import RETRY_FACTOR
 
 SERVER_MODES = ("server-whole", "server-stream")
 
@@ -195,6 +194,11 @@ class VllmServer:
                 "VLLM_NO_USAGE_STATS": "1",
                 "DO_NOT_TRACK": "1",
                 "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
+                # a model step on a loaded 2-core machine can stall past vLLM's 300 s, which
+                # kills the engine (every later cell a crash): the cell deadlines judge time
+                "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS": os.environ.get(
+                    "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS", "3600"
+                ),
                 "VLLM_HOST_IP": "127.0.0.1",
                 "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "INFO"),
                 "PYTHONUNBUFFERED": "1",
@@ -505,7 +509,7 @@ class VllmServerAdapter(Adapter):
                 base_url=url,
                 api_key="k2conform",
                 max_retries=0,
-                timeout=self.cell_timeout * RETRY_FACTOR + 60,
+                timeout=self.longest_wait + 60,
             )
         return self._client
 

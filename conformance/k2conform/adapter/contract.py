@@ -27,6 +27,11 @@ from k2conform.model import Delta, Request, Result, StreamEvent, StreamReply
 
 T = TypeVar("T")
 
+#: A cell past its deadline is run once more with this many times the deadline before it is a
+#: ``timeout`` finding (on a loaded machine a first timeout says little about the parser): an
+#: adapter that waits on a server may wait that long (``Adapter.longest_wait``).
+RETRY_FACTOR = 10
+
 
 class AdapterUnavailable(Exception):
     """The parser's package is not installed here; the adapter reports ``unavailable``."""
@@ -168,6 +173,13 @@ class Adapter(ABC):
     ) -> list[StreamEvent] | StreamReply:
         """Feed the deltas one by one to the streaming API; return every delta message sent
         (a server adapter: with the wire contract's violations, a ``StreamReply``)."""
+
+    @property
+    def longest_wait(self) -> float:
+        """How long one parse may take before the runner gives up on its cell, when the run's
+        ``--timeout`` is not longer than ``cell_timeout``: the deadline, and once more
+        ``RETRY_FACTOR`` times as long (the backstop of a client the adapter holds)."""
+        return self.cell_timeout * RETRY_FACTOR
 
     @contextmanager
     def run_session(self, run_dir: Path) -> Iterator[dict[str, str]]:

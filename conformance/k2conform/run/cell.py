@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any, Collection, Iterator
 
+from k2conform.adapter.contract import RETRY_FACTOR
 from k2conform.adapter.harness import execute
 from k2conform.adapter.registry import Availability, load
 from k2conform.case.corpus import CompletionCase, Expectation
@@ -32,10 +33,6 @@ from k2conform.model import (
     WireViolation,
     stream_violations,
 )
-
-#: A cell past its deadline is run once more with this many times the deadline before it is a
-#: ``timeout`` finding: on a loaded machine a first timeout says little about the parser.
-RETRY_FACTOR = 10
 
 
 @dataclass(frozen=True)
