@@ -207,10 +207,12 @@ def test_an_adapter_without_a_reproduction_template_is_no_script(tmp_path, monke
     command exits 2 with one NO SCRIPT line (not 1, "not reproduced")."""
     if not _available("vllm"):
         pytest.skip("vllm is not installed here")
+    from k2conform.adapter.contract import Adapter
     from k2conform.cli import main
     from k2conform_adapters.vllm_parser import VllmAdapter
 
-    monkeypatch.setattr(VllmAdapter, "repro_script", None)
+    # the contract's default: no template
+    monkeypatch.setattr(VllmAdapter, "repro_script", Adapter.repro_script)
     out = tmp_path / "report.md"
     argv = ["report-finding", "y_json_deep_nesting_1000_levels", "--adapter", "vllm"]
     status = main([*argv, "--delivery", "whole", "--out", str(out)])
