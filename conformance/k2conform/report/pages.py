@@ -193,6 +193,7 @@ def markdown(results: dict[str, Any]) -> str:
             ),
         ]
         lines += [f"- MISSING: {line}" for line in gate.get("missing", ())]
+        lines += [f"- UNREVIEWED: {line}" for line in gate.get("unreviewed", ())]
         lines += [f"- NEW: {line}" for line in gate["new_cells"]]
         lines += [f"- STALE: {line}" for line in stale_lines(gate)]
     return "\n".join(lines + behaviour_lines(results) + streaming_cost_lines(results)) + "\n"
@@ -435,6 +436,7 @@ def _gate_html(results: dict[str, Any]) -> str:
         f"{len(gate['stale'])} stale baseline entries.</p>"
     )
     items = [f"MISSING: {line}" for line in gate.get("missing", ())]
+    items += [f"UNREVIEWED: {line}" for line in gate.get("unreviewed", ())]
     items += [f"STALE: {line}" for line in stale_lines(gate)]
     if items:
         parts.append("<ul>" + "".join(f"<li>{esc(item)}</li>" for item in items) + "</ul>")
