@@ -876,7 +876,7 @@ def test_fuzz_cli_stops_its_workers_when_interrupted(tmp_path):
 
     process = subprocess.Popen(
         [sys.executable, "-m", "k2conform.cli", "fuzz", "reference", str(tmp_path)]
-        + ["--seconds", "300", "--workers", "2"],
+        + ["--seconds", "300", "--workers", "2", "--verbose"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -927,3 +927,22 @@ def test_differential_workers_share_one_findings_table(tmp_path):
     assert all(row["file"] for row in table["signatures"])
     assert not list(findings.glob("signatures-differential.worker-*"))
     assert not (findings / ".claims-differential").exists()
+
+
+def test_the_fuzzers_take_only_adapters_of_the_family_they_mutate(monkeypatch):
+    """K2 inputs judged by the K2 reference: a K3 adapter is left out of the default set, and
+    naming one is a usage error (fed K2 output it would only show spurious findings)."""
+    from k2conform.adapter import registry
+    from k2conform.errors import UsageError
+    from k2conform.fuzzing.engine import Engine
+
+    monkeypatch.setattr(registry, "default_adapter_names", lambda: ["reference", "reference-k3"])
+    assert Engine().names == []
+    with pytest.raises(UsageError, match="reference-k3 parses k3 output"):
+        Engine(["reference-k3"])
+    done = subprocess.run(
+        [K2CONFORM, "fuzz", "differential", "--adapter", "vllm-k3", "--runs", "5"],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2 and "vllm-k3 parses k3 output" in done.stderr

@@ -31,13 +31,13 @@ from typing import Any, Callable, Mapping, Sequence
 
 from k2conform.adapter.protocol import is_command_spec, split_spec
 from k2conform.adapter.registry import Availability, adapter_names, create_adapter, load
-from k2conform.case.corpus import CompletionCase, Expectation, load_case, write_case
-from k2conform.case.verdict import verdict
+from k2conform.case.corpus import CompletionCase, load_case, write_case
 from k2conform.delivery import modes as dl
 from k2conform.errors import UsageError
 from k2conform.fuzzing.signature import slug
+from k2conform.minimize.cells import CellEngine, Probe, target_signature
 from k2conform.minimize.delta_debug import Candidate, Minimizer
-from k2conform.model import Cell, Request, dumps_canonical
+from k2conform.model import Cell, dumps_canonical
 from k2conform.report.findings import Behaviour, delivered_deltas, repro_command
 from k2conform.run.cell import CellSettings, run_cell
 from k2conform.run.matrix import adapter_sessions
@@ -49,65 +49,6 @@ CLASS = "CATALOGUE"
 REPLAYED = ("stream-random", "stream-recorded")
 #: Cells the minimiser may run for one behaviour before it stops shrinking.
 MAX_TESTS = 1200
-
-
-def target_signature(outcome: str, fields: Sequence[str]) -> str:
-    """A behaviour as the minimiser's signature: the one cell with its outcome and fields."""
-    return "cell:" + "+".join((outcome, *fields))
-
-
-@dataclass
-class Probe:
-    """One candidate through the adapter: what the minimiser reads (``signature``)."""
-
-    signature: str
-    case: CompletionCase | None = None
-    cell: Cell | None = None
-    deltas: tuple[str, ...] | None = None
-    mode: str = ""
-
-
-class CellEngine:
-    """The minimiser's engine: a candidate becomes a corpus case (the reference parser's result
-    as its expectation, the verdict rule's prefix) and one cell of one adapter in one mode."""
-
-    def __init__(
-        self, adapter: Any, availability: Availability, settings: CellSettings, case_id: str
-    ) -> None:
-        self.adapter = adapter
-        self.availability = availability
-        self.settings = settings
-        self.case_id = case_id  # the id candidates carry (after the verdict prefix)
-
-    def case(
-        self, request: Request, text: str, cuts: Sequence[int] | None
-    ) -> CompletionCase | None:
-        from k2conform.reference.parser import parse
-
-        choice = request.tool_choice
-        if isinstance(choice, Mapping) and choice["function"]["name"] not in request.tool_names:
-            return None  # a named choice whose tool was removed: not a request a client sends
-        try:
-            reference = parse(text, request)
-            prefix = verdict(request, text, reference).prefix
-        except Exception:  # noqa: BLE001 - a candidate the reference cannot judge: not kept
-            return None
-        deltas = tuple(d.text for d in dl.cut(text, cuts)) if cuts is not None else None
-        expected = Expectation(reference.content, reference.reasoning, reference.tool_calls)
-        return CompletionCase(
-            f"{prefix}_{self.case_id}", "candidate", (), "k2conform catalogue", request, text,
-            deltas, expected,
-        )  # fmt: skip
-
-    def observe(
-        self, request: Request, text: str, mode: str, cuts: Sequence[int] | None = None
-    ) -> Probe:
-        case = self.case(request, text, cuts)
-        if case is None:
-            return Probe("")
-        cell = run_cell(self.adapter, case, mode, self.settings, self.availability)
-        found = target_signature(cell.outcome.value, cell.fields) if cell.outcome.finding else ""
-        return Probe(found, case, cell, case.deltas, mode)
 
 
 class BudgetedMinimizer(Minimizer):

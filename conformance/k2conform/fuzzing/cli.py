@@ -13,14 +13,18 @@ without corpus directories it uses ``fuzz/work/NAME`` (new inputs) and the seed 
 ``fuzz/seeds`` built from ``corpus/`` on demand.  With ``--workers N`` N such processes share
 the first corpus directory (:mod:`k2conform.fuzzing.workers`); their findings tables are merged
 into one and the executions added up.  Exit status: 0 when the target ran to its limit
-without a crash (disagreement signatures are findings, listed, not failures), 1 when the
-target (any worker) crashed (a k2conform bug: libFuzzer saved the input as ``crash-*``), 2 on
-usage errors, 130 when interrupted (the workers are stopped first).
+without a crash and found nothing new, 1 when the target (any worker) crashed (a k2conform
+bug: libFuzzer saved the input as ``crash-*``) or a finding is new to the corpus, the
+baselines and the catalogue (each finding is judged as the matrix judges its case, then looked
+up: :mod:`k2conform.minimize.known`), 2 on usage errors, 130 when interrupted (the workers are
+stopped first).  libFuzzer's own output goes to a log file (``--verbose``: to stderr); the run
+ends with one verdict line.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -94,6 +98,14 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument("--no-seeds", action="store_true", help="do not add the seed corpus")
     p.add_argument(
+        "--log",
+        type=Path,
+        help="where libFuzzer's own output goes (default: FINDINGS/fuzz-TARGET.log)",
+    )
+    p.add_argument(
+        "--verbose", action="store_true", help="show libFuzzer's own output instead of logging it"
+    )
+    p.add_argument(
         "--libfuzzer",
         action="append",
         default=[],
@@ -148,8 +160,10 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         raise UsageError("give --seconds N or --runs N (fuzzing never ends by itself)")
     if any(limit is not None and limit <= 0 for limit in (args.seconds, args.runs)):
         raise UsageError("--seconds and --runs must be more than 0 (0 means no limit to libFuzzer)")
-    for name in args.adapter or ():
-        create_adapter(name)  # an unknown name is a usage error before any process starts
+    from k2conform.fuzzing.engine import refuse_other_family
+
+    for name in args.adapter or ():  # an unknown name is a usage error before any process starts
+        refuse_other_family(create_adapter(name))
     if args.workers < 1 or (args.runs is not None and args.runs < args.workers):
         raise UsageError("--workers N: at least 1, and no more than --runs")
     dirs = list(args.corpus_dirs)
@@ -194,13 +208,22 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         *args.libfuzzer,
         *map(str, dirs),
     ]
-    return run_fuzz(args.target, command, args.runs, args.workers, findings)
+    log = None if args.verbose else (args.log or findings / f"fuzz-{args.target}.log")
+    return run_fuzz(args.target, command, args.runs, args.workers, findings, log, args.deadline)
 
 
 def run_fuzz(
-    target: str, command: list[str], runs: int | None, workers: int, findings: Path
+    target: str,
+    command: list[str],
+    runs: int | None,
+    workers: int,
+    findings: Path,
+    log: Path | None = None,
+    deadline: float = 10.0,
 ) -> int:
-    """The target in ``workers`` processes (one: as it always ran), then the summary."""
+    """The target in ``workers`` processes (one: as it always ran), libFuzzer's output in
+    ``log`` (None: on stderr), then the summary and the verdict: 1 when the target crashed
+    or a finding is new to the corpus, the baselines and the catalogue, else 0."""
     from k2conform.fuzzing.workers import (
         Interrupted,
         clear_worker_files,
@@ -219,17 +242,71 @@ def run_fuzz(
     for worker_command in commands:
         print("$ " + " ".join(worker_command), file=sys.stderr, flush=True)
     interrupted = None
-    try:
-        ran = run_workers(commands)
-    except Interrupted as stop:
-        interrupted, ran = stop, stop.workers
+    with contextlib.ExitStack() as stack:
+        echo = sys.stderr
+        if log is not None:
+            log.parent.mkdir(parents=True, exist_ok=True)
+            echo = stack.enter_context(log.open("w", encoding="utf-8", errors="replace"))
+            print(f"libFuzzer's output: {log}", file=sys.stderr, flush=True)
+        try:
+            ran = run_workers(commands, echo=echo, status=sys.stderr)
+        except Interrupted as stop:
+            interrupted, ran = stop, stop.workers
     if workers > 1:
         merge_worker_tables(findings, target, workers)
     print(summary(target, ran, findings))
+    crashed = any(w.failed for w in ran)
+    if crashed and log is not None:
+        tail = log.read_text(encoding="utf-8", errors="replace").splitlines()[-25:]
+        print("\n".join(["", f"the end of {log}:", *tail]), file=sys.stderr)
+    judged = judge_findings(target, findings, deadline) if interrupted is None else []
+    for row in judged:
+        print(row.line())
+    print(verdict_line(target, ran, judged, crashed, interrupted is not None))
     if interrupted is not None:
         print(f"interrupted ({interrupted}): every worker stopped", file=sys.stderr)
         return 130
-    return 1 if any(w.failed for w in ran) else 0
+    return 1 if crashed or any(row.new for row in judged) else 0
+
+
+def judge_findings(target: str, findings: Path, deadline: float) -> list[Any]:
+    """This run's findings judged as matrix cells and looked up in the corpus, the baselines
+    and the catalogue (:func:`k2conform.minimize.known.judge_table`)."""
+    import logging
+    import warnings
+
+    from k2conform.minimize.known import judge_table
+
+    table = findings / f"signatures-{target}.json"
+    if target == "reference" or not table.is_file():
+        return []
+    logging.disable(logging.CRITICAL)
+    warnings.simplefilter("ignore")
+    rows = json.loads(table.read_text(encoding="utf-8")).get("signatures") or []
+    return judge_table(rows, deadline)
+
+
+def verdict_line(
+    target: str, workers: Sequence[Any], judged: Sequence[Any], crashed: bool, interrupted: bool
+) -> str:
+    """The run in one line: executions, distinct findings, those new to the project, crashes."""
+    executions = sum(w.stats.get("number_of_executed_units", 0) for w in workers)
+    crashes = sum(len(w.artifacts) for w in workers) or int(crashed)
+    new = sum(1 for row in judged if row.new)
+    if interrupted:
+        word = "INTERRUPTED"
+    elif crashed:
+        word = "CRASH (a k2conform bug: see the crash input above)"
+    else:
+        word = "NEW FINDINGS" if new else "PASS"
+    findings = ""
+    if target != "reference":
+        findings = (
+            f"{len(judged)} distinct finding(s), {new} new to the corpus, the baselines and the "
+            "catalogue, "
+        )
+    head = f"k2conform fuzz {target}: {word}: {executions} executions, "
+    return f"{head}{findings}{crashes} crash(es)"
 
 
 def summary(target: str, workers: Sequence[Any], findings: Path) -> str:

@@ -33,6 +33,20 @@ DEFAULT_FUZZ_MODES = ("whole", "stream-token")
 #: The modes that replay the fuzz input's own cut list (the others ignore it).
 CUT_MODES = ("stream-recorded",)
 DEFAULT_DEADLINE = 10.0
+#: The format family the fuzzers mutate and the reference parser judges: an adapter of
+#: another family (``reference-k3``, ``vllm-k3``) is no adapter under test here.
+FAMILY = "k2"
+
+
+def refuse_other_family(adapter: Any) -> None:
+    """A usage error for an adapter named for fuzzing that does not parse ``FAMILY``."""
+    from k2conform.errors import UsageError
+
+    if FAMILY not in adapter.families:
+        raise UsageError(
+            f"adapter {adapter.name} parses {', '.join(adapter.families)} output; the "
+            f"fuzzers mutate {FAMILY} output (its reference is the oracle)"
+        )
 
 
 class HarnessBug(AssertionError):
@@ -77,16 +91,17 @@ class Engine:
             self.tokenizer = load_tokenizer()
         self._spans = _SpanCache(self.tokenizer)
         self.reference = create_adapter("reference")
-        names = (
-            list(self.adapter_names)
-            if self.adapter_names
-            else [n for n in default_adapter_names() if n != "reference"]
-        )
+        named = bool(self.adapter_names)
+        names = list(self.adapter_names) if named else default_adapter_names()
         self.adapters = []
         for name in names:
             if name == "reference":
                 continue
             adapter = create_adapter(name)
+            if FAMILY not in adapter.families:
+                if named:
+                    refuse_other_family(adapter)
+                continue
             availability = load(adapter)
             if availability.status == "unavailable":
                 self.skipped[name] = availability.reason
@@ -219,13 +234,15 @@ def finding_case(
     prefix: str = "fuzz",
     minimised: bool = False,
     focus: str | None = None,
+    cells: Mapping[str, Any] | None = None,
 ) -> CompletionCase:
     """A case file in the corpus format recording a disagreement.
 
     The expectation is the oracle's result; the prefix is the verdict rule's
     (:func:`k2conform.case.verdict.verdict`); description and source record the
     signature, the delivery and every adapter's observed result; ``generator`` records what
-    ``k2conform minimize`` needs to reproduce it.
+    ``k2conform minimize`` needs to reproduce it, and ``cells`` (adapter → the matrix's
+    :class:`~k2conform.model.Cell`, when ``minimize`` held them) the matrix's judgement.
     """
     focus = focus or observation.signature
     policies = list(observation.expected.meta.get("policies") or ())
@@ -270,6 +287,11 @@ def finding_case(
         "signature": focus,
         "adapters": sorted(observation.kinds),
     }
+    if cells:
+        generator["cells"] = {
+            name: {"outcome": cell.outcome.value, "fields": list(cell.fields)}
+            for name, cell in sorted(cells.items())
+        }
     deltas = observation.deltas
     if deltas is not None and "".join(deltas) != text:
         # the delivery stopped at <|im_end|> (dl.engine_output): the case's deltas must still
@@ -361,7 +383,7 @@ class FindingStore:
                 self.new.append(key)
                 fresh.append(key)
                 self._claimed(key)
-                print(f"\n[k2conform fuzz] NEW signature {key} -> {self.files[key]}", flush=True)
+                print(f"[k2conform fuzz] saved {key} -> {self.files[key]}", flush=True)
         self.save(force=bool(fresh))
         return fresh
 
@@ -428,12 +450,13 @@ def format_table(data: Mapping[str, Any]) -> str:
         f"{' by ' + str(data['workers']) + ' workers' if data.get('workers') else ''}"
         f"{_repeats(data)} in "
         f"{data.get('seconds')} s, "
-        f"{len(rows)} distinct signatures ({sum(1 for r in rows if r['new'])} new this run)"
+        f"{len(rows)} distinct signatures ({sum(1 for r in rows if r['new'])} first saved "
+        "this run; new to the project or not: below)"
     ]
     if rows:
-        lines.append(f"{'count':>7}  {'new':3}  signature (delivery adapter:kinds|...)")
+        lines.append(f"{'count':>7}  {'saved':5}  signature (delivery adapter:kinds|...)")
         for row in rows:
-            lines.append(f"{row['count']:>7}  {'yes' if row['new'] else '':3}  {row['key']}")
+            lines.append(f"{row['count']:>7}  {'yes' if row['new'] else '':5}  {row['key']}")
     return "\n".join(lines)
 
 

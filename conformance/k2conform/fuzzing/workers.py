@@ -104,15 +104,17 @@ def run_workers(
     commands: Sequence[Sequence[str]],
     *,
     echo: TextIO | None = sys.stderr,
+    status: TextIO | None = None,
     keep_output: bool = False,
     cwd: Path | None = None,
     env: Mapping[str, str] | None = None,
     timeout: float | None = None,
 ) -> list[Worker]:
-    """Start every command, pass their stderr through (prefixed ``[wK]`` when there are
-    several), and return when all have ended (or are stopped after ``timeout`` seconds); see
-    the module's docstring for the stopping.  Raises :class:`Interrupted` after stopping them
-    when this process was interrupted."""
+    """Start every command, pass their stderr through to ``echo`` (prefixed ``[wK]`` when
+    there are several; each worker's PID goes to ``status``, default ``echo``), and return
+    when all have ended (or are stopped after ``timeout`` seconds); see the module's docstring
+    for the stopping.  Raises :class:`Interrupted` after stopping them when this process was
+    interrupted."""
     workers = [Worker(k, list(c)) for k, c in enumerate(commands)]
     prefix = len(workers) > 1
     lock = threading.Lock()
@@ -142,11 +144,12 @@ def run_workers(
                 start_new_session=True,
                 preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
             )
-            if echo is not None and prefix:
+            said = status or echo
+            if said is not None and prefix:
                 with lock:
-                    echo.write(f"[k2conform fuzz] worker {worker.index}: pid {worker.process.pid}")
-                    echo.write("\n")
-                    echo.flush()
+                    said.write(f"[k2conform fuzz] worker {worker.index}: pid {worker.process.pid}")
+                    said.write("\n")
+                    said.flush()
         for worker in workers:
             thread = threading.Thread(
                 target=_pump, args=(worker, echo, prefix, lock, keep_output, done), daemon=True

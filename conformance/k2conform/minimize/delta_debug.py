@@ -27,7 +27,7 @@ import re
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from k2conform import markers as mk
 from k2conform.fuzzing.signature import matches
@@ -156,7 +156,7 @@ class Minimizer:
         self.tests = 0
 
     def observe(self, candidate: Candidate) -> Any:
-        mode = "stream-recorded" if candidate.cuts is not None else self.mode
+        mode = _run_mode(candidate, self.mode)
         return self.engine.observe(candidate.request, candidate.text, mode, candidate.cuts)
 
     def holds(self, candidate: Candidate) -> bool:
@@ -244,6 +244,77 @@ def _cuts_of(pieces: Sequence[str]) -> tuple[int, ...]:
     return tuple(cuts)
 
 
+class NoMatrixFinding(Exception):
+    """The fuzz signature holds, but the matrix would not file the input as that finding."""
+
+
+class JudgedEngine:
+    """The fuzz engine with the matrix's judgement held: a candidate shows the finding only
+    when its verdict prefix is the input's (an ``n_`` finding stays ``n_``) and every adapter
+    the signature names gives, as a matrix cell, the input's outcome and differing fields
+    (:class:`k2conform.minimize.cells.CellEngine`).  Without it a shrunk input can keep the
+    fuzzer's coarse kind while the matrix no longer judges it, or judges other fields."""
+
+    def __init__(self, engine: Any, cells: Mapping[str, Any], start: Candidate, mode: str) -> None:
+        self.engine = engine
+        self.deadline = engine.deadline
+        self.cells = cells
+        probes = self._probes(start.request, start.text, _run_mode(start, mode), start.cuts)
+        for name, probe in probes.items():
+            if probe.case is None:
+                raise NoMatrixFinding(f"the reference parser cannot judge the input ({name})")
+            if not probe.signature:
+                raise NoMatrixFinding(
+                    f"{name} in {mode}: the matrix judges the case ({probe.case.id[:1]}_) "
+                    f"{probe.cell.outcome.value}, no finding"
+                )
+        self.prefix = next(iter(probes.values())).case.id.split("_", 1)[0]
+        self.want = {name: probe.signature for name, probe in probes.items()}
+        self.start_cells = {name: probe.cell for name, probe in probes.items()}
+
+    @classmethod
+    def for_signature(
+        cls, engine: Any, signature: str, start: Candidate, mode: str
+    ) -> JudgedEngine:
+        from k2conform.adapter.registry import Availability
+        from k2conform.fuzzing.signature import parse_signature
+        from k2conform.minimize.cells import CellEngine
+        from k2conform.run.cell import CellSettings
+
+        by_name = {adapter.name: adapter for adapter in engine.adapters}
+        settings = CellSettings(deadline=engine.deadline)
+        cells = {}
+        for name in parse_signature(signature):
+            if name not in by_name:
+                raise NoMatrixFinding(f"the signature names {name}, which is not under test")
+            cells[name] = CellEngine(by_name[name], Availability("ok"), settings, "minimize")
+        return cls(engine, cells, start, mode)
+
+    def cells_of(self, candidate: Candidate, mode: str) -> dict[str, Any]:
+        """Each held adapter's matrix cell of ``candidate``."""
+        run_mode = _run_mode(candidate, mode)
+        probes = self._probes(candidate.request, candidate.text, run_mode, candidate.cuts)
+        return {name: probe.cell for name, probe in probes.items()}
+
+    def _probes(self, request: Request, text: str, mode: str, cuts: Any) -> dict[str, Any]:
+        return {name: cell.observe(request, text, mode, cuts) for name, cell in self.cells.items()}
+
+    def observe(
+        self, request: Request, text: str, mode: str, cuts: Sequence[int] | None = None
+    ) -> Any:
+        observation = self.engine.observe(request, text, mode, cuts)
+        if observation.signature:
+            for name, probe in self._probes(request, text, mode, cuts).items():
+                held = probe.case is not None and probe.case.id.startswith(self.prefix + "_")
+                if not held or probe.signature != self.want[name]:
+                    return replace(observation, signature="")
+        return observation
+
+
+def _run_mode(candidate: Candidate, mode: str) -> str:
+    return "stream-recorded" if candidate.cuts is not None else mode
+
+
 def minimize_input(
     engine: Any,
     request: Request,
@@ -251,8 +322,12 @@ def minimize_input(
     mode: str,
     deltas: Sequence[str] | None = None,
     target_signature: str | None = None,
+    judged: bool = True,
 ) -> tuple[Any, Candidate, Candidate, Minimizer]:
-    """(final observation, starting candidate, minimised candidate, minimiser)."""
+    """(final observation, starting candidate, minimised candidate, minimiser).  ``judged``
+    (the default) holds the matrix's judgement too (:class:`JudgedEngine`; the minimiser's
+    ``engine`` then says what it held); a signature the matrix files as no finding raises
+    :class:`NoMatrixFinding`."""
     from k2conform.delivery.modes import TEXT_LEVEL_MODES
 
     if mode in TEXT_LEVEL_MODES:
@@ -266,6 +341,8 @@ def minimize_input(
     signature = target_signature or probe.observe(start).signature
     if not signature:
         return None, start, start, probe
+    if judged:
+        engine = JudgedEngine.for_signature(engine, signature, start, mode)
     minimizer = Minimizer(engine, mode, signature)
     if not minimizer.holds(start):
         return None, start, start, minimizer
@@ -295,6 +372,17 @@ def add_parser(subparsers: Any) -> None:
         "input names, else its own); adapters it does not name may change",
     )
     p.add_argument("--out", type=Path, help="directory for the case (default: corpus/findings)")
+    p.add_argument(
+        "--baseline",
+        type=Path,
+        help="also run the written case through every adapter this baseline covers and add "
+        "an entry per failing behaviour, its reason TODO (the gate refuses it until reviewed)",
+    )
+    p.add_argument(
+        "--fuzz-kind-only",
+        action="store_true",
+        help="hold only the fuzz signature, not the matrix's verdict prefix and fields",
+    )
     p.add_argument("--target", default="differential", help=argparse.SUPPRESS)
     p.add_argument("--dry-run", action="store_true", help="print the case instead of writing it")
     p.set_defaults(handler=cmd_minimize)
@@ -304,8 +392,8 @@ def cmd_minimize(args: argparse.Namespace) -> int:
     import logging
     import warnings
 
-    from k2conform.errors import UsageError
     from k2conform.case.corpus import default_corpus_dir
+    from k2conform.errors import UsageError
     from k2conform.fuzzing.engine import FUZZ_MODES, Engine, finding_case, write_case_file
     from k2conform.model import dumps_canonical
 
@@ -315,20 +403,30 @@ def cmd_minimize(args: argparse.Namespace) -> int:
         raise UsageError(f"unknown delivery mode {mode!r}")
     if mode == "stream-recorded" and deltas is None:
         raise UsageError("--delivery stream-recorded needs deltas in the input")
+    if args.baseline is not None and args.dry_run:
+        raise UsageError("--baseline adds entries for the written case: not with --dry-run")
+    baseline = _read_baseline(args.baseline)
     logging.disable(logging.CRITICAL)
     warnings.simplefilter("ignore")
     engine = Engine(args.adapter)
-    observation, start, small, minimizer = minimize_input(
-        engine, request, text, mode, deltas, args.signature or named_signature
-    )
+    wanted = args.signature or named_signature
+    try:
+        observation, start, small, minimizer = minimize_input(
+            engine, request, text, mode, deltas, wanted, judged=not args.fuzz_kind_only
+        )
+    except NoMatrixFinding as why:
+        print(f"k2conform minimize: {args.input}: {why}; nothing written", file=sys.stderr)
+        return 1
     if observation is None:
         print(
             "k2conform minimize: no "
-            f"disagreement{' with signature ' + args.signature if args.signature else ''} "
+            f"disagreement{' with signature ' + wanted if wanted else ''} "
             f"in {mode} for {args.input}",
             file=sys.stderr,
         )
         return 1
+    held = minimizer.engine if isinstance(minimizer.engine, JudgedEngine) else None
+    cells = held.cells_of(small, mode) if held is not None else {}
     case = finding_case(
         small.request,
         small.text,
@@ -336,6 +434,7 @@ def cmd_minimize(args: argparse.Namespace) -> int:
         args.target,
         minimised=True,
         focus=minimizer.signature,
+        cells=cells,
     )
     print(
         f"signature {observation.signature} in {mode}: {len(start.text)} -> {len(small.text)} "
@@ -344,9 +443,75 @@ def cmd_minimize(args: argparse.Namespace) -> int:
         f"{len(small.cuts or ()) + 1 if small.cuts is not None else '-'} deltas, "
         f"{len(start.request.tools)} -> {len(small.request.tools)} tools, {minimizer.tests} tests"
     )
+    if held is not None:
+        _print_known(case, cells, mode)
     if args.dry_run:
         sys.stdout.write(dumps_canonical(case.to_json()))
         return 0
     out = args.out or default_corpus_dir() / "findings"
-    print(f"wrote {write_case_file(case, out)}")
+    path = write_case_file(case, out)
+    print(f"wrote {path}")
+    if baseline is not None:
+        _add_baseline_entries(args.baseline, baseline, case)
     return 0
+
+
+def _read_baseline(path: Path | None) -> Any:
+    from k2conform.case.corpus import CorpusError
+    from k2conform.errors import UsageError
+    from k2conform.gate.baseline import load_baseline
+
+    if path is None:
+        return None
+    try:
+        return load_baseline(path)
+    except CorpusError as error:
+        raise UsageError(str(error)) from None
+
+
+def _print_known(case: Any, cells: Mapping[str, Any], mode: str) -> None:
+    """For each adapter held, the matrix's judgement and where the project already has it."""
+    from k2conform.minimize.known import NEW, Judgement, Known
+
+    known = Known.load()
+    for name, cell in cells.items():
+        behaviour = Judgement.of(cell, mode)
+        where = known.lookup(case, behaviour)
+        verdict = "known: " + "; ".join(where) if where else f"NEW: {NEW}"
+        print(f"{behaviour} ({case.id[:1]}_ case): {verdict}")
+
+
+def _add_baseline_entries(path: Path, baseline: Any, case: Any) -> None:
+    """The case through every adapter the baseline covers, in the modes a run plans, and an
+    entry for each failing behaviour (reason TODO): what ``make matrix`` will ask for."""
+    import json
+
+    from k2conform.adapter.registry import create_adapter, load
+    from k2conform.delivery.modes import planned_modes
+    from k2conform.gate.baseline import baseline_from_cells
+    from k2conform.run.cell import CellSettings, run_cell
+    from k2conform.run.matrix import plan
+
+    adapters = {name: create_adapter(name) for name in baseline.adapters}
+    ran, skipped, cells = set(), [], []
+    settings = CellSettings()
+    for name, adapter in adapters.items():
+        availability = load(adapter)
+        if availability.status != "ok" or not adapter.run_by_default:
+            skipped.append(f"{name} ({availability.reason or 'runs only in its own lane'})")
+            continue
+        tasks = plan(
+            [case], [name], planned_modes(adapter), None,
+            {name: adapter.request_options}, {name: adapter.families},
+        )  # fmt: skip
+        for _, _, delivery in tasks:
+            cells.append(run_cell(adapter, case, delivery, settings, availability))
+            ran.add(name)
+    document = baseline_from_cells(cells, baseline.entries, set(baseline.adapters))
+    path.write_text(json.dumps(document, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    failing = [c for c in cells if c.outcome.finding]
+    print(
+        f"{path}: {len(failing)} failing cell(s) of {case.id} over {', '.join(sorted(ran))} "
+        f"now have entries with the reason TODO: review each, then the gate passes"
+        + (f"; not run here: {', '.join(skipped)}" if skipped else "")
+    )

@@ -1,0 +1,192 @@
+"""Whether a fuzz finding is already known, and where: the corpus, a baseline, the catalogue.
+
+A fuzz signature (``vllm:wrong-name``) is the fuzzer's coarse kind, decided against the
+reference alone; what the project records is a *behaviour*, the matrix's judgement of a cell
+(:func:`k2conform.run.cell.run_cell`): an adapter, an outcome and the fields that differ.  So
+a finding is first judged as the matrix would judge its case file (:func:`judge_finding`),
+then looked up (:meth:`Known.lookup`):
+
+* **corpus**: a case of the matrix corpus with the same request and model output;
+* **baseline**: an entry (any ``baseline*.json`` of the checkout, or those given) for the
+  same adapter, outcome and fields in the same kind of delivery;
+* **catalogue**: a catalogued behaviour (``corpus/findings/catalogue``) of the same adapter,
+  outcome and fields in the same kind of delivery.
+
+The kind of delivery (:func:`delivery_kind`: one-shot, token-aligned or text-level) stands for
+the mode because the catalogue replays text-level chunks as recorded ones, and a parser that
+breaks on one text-level chunking breaks for the same reason on another.
+
+A finding that none of them knows is *new*: the only kind worth a user's review.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from k2conform.case.corpus import CATALOGUE, CompletionCase, default_corpus_dir, load_corpus
+from k2conform.gate.baseline import BaselineEntry, load_baseline
+from k2conform.model import Cell
+from k2conform.report.findings import family
+from k2conform.resources import checkout_root
+
+
+#: What a finding none of the three knows is.
+NEW = "not in the corpus, a baseline or the catalogue"
+
+
+def matrix_mode(case: CompletionCase, mode: str) -> str:
+    """The mode a finding's case file is judged in: its recorded deltas when it has them (a
+    text-level finding keeps the chunks that showed it), else the fuzzer's mode."""
+    return "stream-recorded" if case.deltas is not None else mode
+
+
+def default_baselines() -> list[Path]:
+    """The checkout's ``baseline*.json`` (none for an installed wheel, which carries none)."""
+    root = checkout_root()
+    return sorted(root.glob("baseline*.json")) if root is not None else []
+
+
+def _request_key(case: CompletionCase) -> str:
+    return json.dumps([case.request.to_json(), case.model_output], sort_keys=True)
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """What the matrix makes of one finding (a cell of its case): adapter, outcome, fields, and
+    the fuzzer's delivery mode."""
+
+    adapter: str
+    outcome: str
+    fields: tuple[str, ...]
+    mode: str
+
+    @classmethod
+    def of(cls, cell: Cell, mode: str) -> Judgement:
+        return cls(cell.adapter, cell.outcome.value, tuple(cell.fields), mode)
+
+    def __str__(self) -> str:
+        fields = f" ({', '.join(self.fields)})" if self.fields else ""
+        return f"{self.adapter} {self.outcome}{fields} in {self.mode}"
+
+
+@dataclass
+class Known:
+    """The corpus, the baselines and the catalogue, read once."""
+
+    corpus: dict[str, str] = field(default_factory=dict)  # request+text → case id
+    baselines: list[tuple[str, BaselineEntry]] = field(default_factory=list)
+    catalogue: list[tuple[str, Judgement]] = field(default_factory=list)  # case id, behaviour
+    sources: list[str] = field(default_factory=list)
+
+    @classmethod
+    def load(cls, corpus: Path | None = None, baselines: Sequence[Path] | None = None) -> Known:
+        from k2conform.catalogue.index import read_catalogue
+
+        root = Path(corpus or default_corpus_dir())
+        known = cls()
+        for case in load_corpus(root).completions:
+            known.corpus.setdefault(_request_key(case), case.id)
+        paths = default_baselines() if baselines is None else list(baselines)
+        for path in paths:
+            known.baselines += [(path.name, e) for e in load_baseline(path).entries]
+        catalogue = root.joinpath(*CATALOGUE)
+        for entry in read_catalogue(catalogue) if catalogue.is_dir() else ():
+            finding = entry.finding
+            behaviour = Judgement(
+                entry.adapter, finding["outcome"], tuple(finding["fields"]), finding["delivery"]
+            )
+            known.catalogue.append((entry.case.id, behaviour))
+        known.sources = [
+            f"corpus {root} ({len(known.corpus)} cases)",
+            f"baselines {', '.join(p.name for p in paths) or 'none'}",
+            f"catalogue ({len(known.catalogue)} behaviours)",
+        ]
+        return known
+
+    def lookup(self, case: CompletionCase, behaviour: Judgement) -> list[str]:
+        """Where the finding is known, one line each (empty: it is new)."""
+        found = []
+        same = self.corpus.get(_request_key(case))
+        if same is not None and same != case.id:
+            found.append(f"corpus: {same} is the same output")
+        what = (behaviour.adapter, behaviour.outcome, behaviour.fields)
+        kind = family(behaviour.mode)
+        for name, entry in self.baselines:
+            if (entry.adapter, entry.outcome, entry.fields) == what and (
+                "*" in entry.deliveries or kind in map(family, entry.deliveries)
+            ):
+                more = " …" if len(entry.cases) > 3 else ""
+                found.append(f"baseline: {name}, the entry of {', '.join(entry.cases[:3])}{more}")
+                break
+        for case_id, known in self.catalogue:
+            if (known.adapter, known.outcome, known.fields) == what and (
+                family(known.mode) == kind
+            ):
+                found.append(f"catalogue: {case_id}")
+                break
+        return found
+
+
+def judge_finding(case: CompletionCase, adapter: Any, mode: str, deadline: float) -> Cell:
+    """The finding's case file as a matrix cell of ``adapter`` in its :func:`matrix_mode`."""
+    from k2conform.run.cell import CellSettings, run_cell
+
+    return run_cell(adapter, case, matrix_mode(case, mode), CellSettings(deadline=deadline))
+
+
+@dataclass(frozen=True)
+class JudgedFinding:
+    """One row of a fuzz run's findings table, judged as the matrix would judge its case."""
+
+    key: str  #: the table's ``MODE adapter:kind``
+    case: str  #: the case file's id
+    behaviour: Judgement | None  #: None: the matrix files the case as no finding
+    known: tuple[str, ...]
+    note: str = ""
+
+    @property
+    def new(self) -> bool:
+        return self.behaviour is not None and not self.known
+
+    def line(self) -> str:
+        if self.behaviour is None:
+            return f"{self.key}: no matrix finding ({self.note})"
+        where = "known: " + "; ".join(self.known) if self.known else f"NEW: {NEW}"
+        return f"{self.key}: {self.behaviour}, {where}"
+
+
+def judge_table(
+    rows: Sequence[dict[str, Any]],
+    deadline: float,
+    known: Known | None = None,
+) -> list[JudgedFinding]:
+    """Each row seen in this run (count > 0) with a case file: the case judged as a matrix
+    cell of the row's adapter in the row's mode, then looked up in :class:`Known`."""
+    from k2conform.adapter.registry import create_adapter, load
+    from k2conform.case.corpus import load_case
+
+    known = known or Known.load()
+    adapters: dict[str, Any] = {}
+    judged = []
+    for row in rows:
+        if not row.get("count") or not row.get("file"):
+            continue
+        mode, _, component = row["key"].partition(" ")
+        name = component.partition(":")[0]
+        case = load_case(row["file"])
+        if name not in adapters:
+            adapters[name] = create_adapter(name)
+            load(adapters[name])
+        cell = judge_finding(case, adapters[name], mode, deadline)
+        if not cell.outcome.finding:
+            note = f"the {case.id[:1]}_ case is {cell.outcome.value} in {matrix_mode(case, mode)}"
+            judged.append(JudgedFinding(row["key"], case.id, None, (), note))
+            continue
+        behaviour = Judgement.of(cell, mode)
+        judged.append(
+            JudgedFinding(row["key"], case.id, behaviour, tuple(known.lookup(case, behaviour)))
+        )
+    return judged
