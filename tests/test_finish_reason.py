@@ -19,7 +19,8 @@ from k2conform.model import (
     ToolCall,
     ToolCallDelta,
 )
-from k2conform.run.cell import adhoc_case, judge
+from k2conform.judge.cell import judge_result
+from k2conform.run.cell import adhoc_case
 
 CALL = ToolCall("get_weather", '{"city": "Paris"}', "functions.get_weather:0")
 OUTPUT = (
@@ -78,7 +79,7 @@ def test_a_chunk_after_the_finishing_chunk_breaks_the_stream():
 )
 def test_the_servers_finish_reason_is_judged_against_the_case(expected, observed, differs):
     case = _case(**expected)
-    outcome, diffs, _ = judge(
+    outcome, diffs, _ = judge_result(
         case, Result(None, None, (CALL,), meta={"finish_reason": observed}), None
     )
     assert (outcome == "differs") is differs
@@ -91,18 +92,18 @@ def test_the_servers_finish_reason_is_judged_against_the_case(expected, observed
 
 
 def test_a_parser_without_finish_reason_is_not_judged_on_it():
-    outcome, diffs, _ = judge(_case(), Result(None, None, (CALL,)), None)
+    outcome, diffs, _ = judge_result(_case(), Result(None, None, (CALL,)), None)
     assert outcome == "agree" and diffs == []
 
 
 def test_the_rule_follows_the_calls_the_server_sent():
     """A reply without calls should say ``stop`` even where calls were expected: the missing
     call is the finding (``count``), not a second one in finish_reason."""
-    outcome, diffs, _ = judge(
+    outcome, diffs, _ = judge_result(
         _case(), Result("text", None, (), meta={"finish_reason": "stop"}), None
     )
     assert "finish_reason" not in [d.field for d in diffs] and "count" in [d.field for d in diffs]
-    outcome, diffs, _ = judge(
+    outcome, diffs, _ = judge_result(
         _case(), Result("text", None, (), meta={"finish_reason": "tool_calls"}), None
     )
     assert ("finish_reason", "stop", "tool_calls") in [

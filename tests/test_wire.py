@@ -15,7 +15,7 @@ from k2conform.adapter.protocol import request_line
 from k2conform.adapter.serve import answer
 from k2conform.delivery.modes import Delivery
 from k2conform.model import DIFF_FIELDS, CellOutcome, Delta, StreamReply, WireKind, WireViolation
-from k2conform.run.cell import judge
+from k2conform.judge.cell import judge_result
 from k2conform_adapters.reference import ReferenceAdapter
 from k2conform.judge.wire import (
     RULES,
@@ -216,13 +216,13 @@ def test_a_server_adapters_wire_violations_are_findings_of_its_cell_by_kind():
     adapter = _WireToy()
     adapter.load()
     whole = execute(adapter, case.request, Delivery("whole", (Delta(case.model_output),)))
-    outcome, diffs, _ = judge(case, whole, None)
+    outcome, diffs, _ = judge_result(case, whole, None)
     assert outcome == CellOutcome.DIFFERS
     assert [(d.field, d.observed) for d in diffs] == [("wire:whole-shape", "x")]
     streamed = execute(
         adapter, case.request, Delivery("stream-char", tuple(map(Delta, case.model_output)))
     )
-    outcome, diffs, _ = judge(case, streamed, whole)
+    outcome, diffs, _ = judge_result(case, streamed, whole)
     assert [(d.field, d.observed) for d in diffs] == [("wire:usage", "2 usage chunks")]
     line = answer(
         adapter, json.dumps(request_line("stream", case.request, (Delta(case.model_output),)))

@@ -1,7 +1,9 @@
 """One cell: a case through one adapter in one delivery mode, judged.  The one code path for
 every entry point that asks for a cell (``run``'s workers, ``parse``, the test kit,
 ``report-finding``, ``serve-adapter``, the fuzzers and ``bench``), so a deadline, the variant
-a cell reports and the judging rules are the same wherever a cell is computed.
+a cell reports and the judging rules are the same wherever a cell is computed.  This stage
+delivers, times and picks the worst variant; the judgement of each is
+:func:`k2conform.judge.cell.judge_result`.
 """
 
 from __future__ import annotations
@@ -16,23 +18,12 @@ from typing import Any, Collection, Iterator
 from k2conform.adapter.contract import RETRY_FACTOR
 from k2conform.adapter.harness import execute
 from k2conform.adapter.registry import Availability, load
-from k2conform.case.corpus import CompletionCase, Expectation
+from k2conform.case.corpus import CompletionCase
 from k2conform.delivery import modes as dl
 from k2conform.delivery.modes import Delivery
 from k2conform.errors import UsageError
-from k2conform.judge.compare import compare_arguments, compare_results
-from k2conform.model import (
-    SEVERITY,
-    Cell,
-    CellOutcome,
-    FieldDiff,
-    Request,
-    Result,
-    ResultOutcome,
-    StreamKind,
-    WireViolation,
-    stream_violations,
-)
+from k2conform.judge.cell import judge_result
+from k2conform.model import SEVERITY, Cell, Request, ResultOutcome
 
 
 @dataclass(frozen=True)
@@ -210,7 +201,7 @@ def _judged(
                 dl.deliveries(case.model_output, "whole", _tokenizer(settings))[0],
             )
         whole = cache[key]
-    judged = [judge(case, result, whole) for result in results]
+    judged = [judge_result(case, result, whole) for result in results]
     outcome, diffs, result = min(judged, key=lambda j: SEVERITY.index(j[0]))
     differing = [v.label for v, j in zip(variants, judged) if not j[0].passing]
     return Cell(
@@ -223,58 +214,6 @@ def _judged(
         variant=str(result.meta.get("delivery", mode)),
         variants_differing=tuple(differing) if len(variants) > 1 else (),
     )
-
-
-def judge(
-    case: CompletionCase, result: Result, whole: Result | None
-) -> tuple[CellOutcome, list[FieldDiff], Result]:
-    """One delivered result against the case's expectation and the stream invariants."""
-    if result.outcome != ResultOutcome.OK:
-        return CellOutcome(result.outcome.value), [], result
-    diffs = _stream_diffs(result, whole) + _wire_diffs(result)
-    if case.verdict != "i" and case.expected is not None:
-        diffs = (
-            compare_results(case.expected.as_result(), result)
-            + _finish_diffs(case.expected, result)
-            + diffs
-        )
-    if diffs:
-        return CellOutcome.DIFFERS, diffs, result
-    return (CellOutcome.IMPL_DEFINED if case.verdict == "i" else CellOutcome.AGREE), [], result
-
-
-def _finish_diffs(expected: Expectation, result: Result) -> list[FieldDiff]:
-    """A server's ``finish_reason`` (server adapters put it in ``meta``; parsers have none):
-    the case's, else the spec's rule for the reply as sent, ``tool_calls`` when it carries
-    calls, ``stop`` otherwise (missing or extra calls are already differences of their own)."""
-    observed = result.meta.get("finish_reason")
-    wanted = expected.finish_reason or ("tool_calls" if result.tool_calls else "stop")
-    if observed is None or observed == wanted:
-        return []
-    return [FieldDiff("finish_reason", wanted, observed, "text")]
-
-
-def _wire_diffs(result: Result) -> list[FieldDiff]:
-    """A server's wire contract (``judge.wire``), as its adapter read it off the bytes: each
-    violation a finding of the server, field ``wire:KIND``."""
-    violations = [WireViolation.from_json(v) for v in result.meta.get("wire_violations") or ()]
-    return [FieldDiff(f"wire:{v.kind.value}", None, v.detail, "stream") for v in violations]
-
-
-def _stream_diffs(result: Result, whole: Result | None) -> list[FieldDiff]:
-    """Stream invariants, and the stream's calls against the same adapter's one-shot parse."""
-    diffs = []
-    for violation in stream_violations(result):
-        field_name = "index" if violation.kind is StreamKind.INDEX_GAP else "stream-invariant"
-        diffs.append(FieldDiff(field_name, None, violation.detail, "stream"))
-    if whole is not None and whole.outcome == ResultOutcome.OK:
-        w_calls, s_calls = whole.tool_calls, result.tool_calls
-        if len(w_calls) != len(s_calls):
-            diffs.append(FieldDiff("stream-invariant", len(w_calls), len(s_calls), "stream"))
-        for i, (w, s) in enumerate(zip(w_calls, s_calls)):
-            if compare_arguments(w.arguments, s.arguments):
-                diffs.append(FieldDiff("stream-invariant", w.arguments, s.arguments, "stream", i))
-    return diffs
 
 
 def _tokenizer(settings: CellSettings) -> Any:
