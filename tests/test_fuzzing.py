@@ -914,7 +914,11 @@ def test_differential_workers_share_one_findings_table(tmp_path):
         "differential", str(tmp_path / "work"), str(seeds), "--runs", "40", "--workers", "2",
         "--delivery", "whole", "--delivery", "stream-recorded", "--findings", str(findings),
     )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-4000:]
+    # 1: a mutation reached a behaviour the project does not know yet (the verdict says so)
+    verdict = done.stdout.rstrip().splitlines()[-1]
+    assert (done.returncode, verdict.split(": ")[1]) in ((0, "PASS"), (1, "NEW FINDINGS")), (
+        done.stderr[-4000:]
+    )
     total = re.search(r"2 workers, (\d+) executions", done.stdout)
     assert total and int(total.group(1)) >= 40, done.stdout
     table = json.loads((findings / "signatures-differential.json").read_text())

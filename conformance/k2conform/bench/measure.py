@@ -884,11 +884,36 @@ def add_parser(subparsers: Any) -> None:
         type=Path,
         help="a k2conform run --json file: report its wall time and cell time",
     )
+    rediscovery_options(p)
     p.set_defaults(handler=cmd_bench)
+
+
+def rediscovery_options(p: argparse.ArgumentParser) -> None:
+    from k2conform.bench.rediscovery import CONFIGURATIONS, SEED_SETS
+
+    group = p.add_argument_group(
+        "rediscovery", "--rediscovery: fuzzing measured by the catalogued behaviours it finds"
+    )
+    group.add_argument("--rediscovery", action="store_true", help="run this benchmark instead")
+    group.add_argument(
+        "--budget", type=float, default=600.0, help="CPU seconds of fuzzing per trial (600)"
+    )
+    group.add_argument("--trials", type=int, default=3, help="trials per configuration (3)")
+    group.add_argument("--seed", type=int, default=1, help="libFuzzer seed of the first trial")
+    group.add_argument("--seeds", choices=SEED_SETS, default=SEED_SETS[0], help="the seed set")
+    group.add_argument(
+        "--configuration",
+        action="append",
+        choices=CONFIGURATIONS,
+        help=f"what libFuzzer's coverage counts (repeatable; default: {', '.join(CONFIGURATIONS)})",
+    )
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from k2conform.adapter.registry import default_adapter_names
+
+    if args.rediscovery:
+        return cmd_rediscovery(args)
 
     names = args.adapter or default_adapter_names()
     fuzz_seconds = args.fuzz_seconds if args.fuzz_seconds is not None else (0 if args.quick else 3)
@@ -911,4 +936,31 @@ def cmd_bench(args: argparse.Namespace) -> int:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(doc, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
     sys.stdout.write(table(doc))
+    return 0
+
+
+def cmd_rediscovery(args: argparse.Namespace) -> int:
+    """``bench --rediscovery``: the trials, the table, ``--json`` and ``--plot``."""
+    from k2conform.bench import rediscovery as rd
+    from k2conform.errors import UsageError
+
+    if not args.budget > 0 or args.trials < 1:
+        raise UsageError("--budget must be more than 0 CPU seconds and --trials at least 1")
+    for path in (args.json, args.plot):
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+    doc = rd.rediscovery(
+        args.budget,
+        args.trials,
+        args.seeds,
+        args.configuration or rd.CONFIGURATIONS,
+        tuple(args.adapter or rd.ADAPTERS),
+        args.seed,
+        log=lambda line: print(line, file=sys.stderr, flush=True),
+    )
+    if args.plot:
+        doc["plot"] = rd.plot(doc, args.plot)
+    if args.json:
+        args.json.write_text(json.dumps(doc, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    print("\n".join(rd.table_lines(doc)))
     return 0

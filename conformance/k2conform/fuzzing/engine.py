@@ -17,7 +17,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from k2conform.delivery import modes as dl
 from k2conform.case.corpus import CompletionCase, Expectation, load_case
@@ -310,6 +310,24 @@ def finding_case(
     )
 
 
+def cell_key(cell: Mapping[str, Any]) -> str:
+    """``vllm:differs:content+reasoning``: a finding keyed by the matrix's judgement."""
+    return f"{cell['adapter']}:{cell['outcome']}:{'+'.join(cell['fields'])}"
+
+
+def matrix_mode(case: CompletionCase, mode: str) -> str:
+    """The mode a finding's case file is judged in: its recorded deltas when it has them (a
+    text-level finding keeps the chunks that showed it), else the fuzzer's mode."""
+    return "stream-recorded" if case.deltas is not None else mode
+
+
+def judge_finding(case: CompletionCase, adapter: Any, mode: str, deadline: float) -> Any:
+    """The finding's case file as a matrix cell of ``adapter`` in its :func:`matrix_mode`."""
+    from k2conform.run.cell import CellSettings, run_cell
+
+    return run_cell(adapter, case, matrix_mode(case, mode), CellSettings(deadline=deadline))
+
+
 def write_case_file(case: CompletionCase, directory: Path | str) -> Path:
     from k2conform.case.corpus import write_case
 
@@ -333,17 +351,30 @@ class FindingStore:
     ``signatures-<target>.worker-K.json``, and a new signature is claimed first (a file
     created only if absent, in the run's claims directory): the worker that loses the claim
     only counts it, so the workers save each signature once between them.
+
+    With ``judge`` (``--distinct cells``: the rediscovery bench) a component is keyed by the
+    matrix's judgement of its case instead (``MODE adapter:outcome:fields``, from
+    ``judge(case, adapter, mode)``, a :class:`~k2conform.model.Cell`): two inputs the fuzzer
+    gives the same kind but the matrix tells apart are two findings, and one the matrix files
+    as no finding is none.  Each row records the CPU seconds of fuzzing (after the set-up)
+    at its first sighting; ``cpu_budget`` ends the process once fuzzing has used that many.
     """
 
     directory: Path
     target: str
     worker: int | None = None
+    judge: Callable[[CompletionCase, str, str], Any] | None = None
+    cpu_budget: float | None = None
     counts: dict[str, int] = field(default_factory=dict)
     files: dict[str, str] = field(default_factory=dict)
+    first_cpu: dict[str, float] = field(default_factory=dict)
+    cells: dict[str, dict[str, Any]] = field(default_factory=dict)
+    components: set[str] = field(default_factory=set)  # with ``judge``: fuzz keys seen
     new: list[str] = field(default_factory=list)
     executions: int = 0
     repeats: int | None = None  # None until an execution says whether it repeated one
     started: float = field(default_factory=time.monotonic)
+    cpu_started: float = field(default_factory=time.process_time)
     _written: float = 0.0
 
     def __post_init__(self) -> None:
@@ -365,20 +396,34 @@ class FindingStore:
         return f"{mode} {sig}"
 
     def is_new(self, observation: Observation) -> bool:
-        """Whether recording the observation would save a case file (a new component)."""
-        return any(
-            self.files.get(self.key(observation.mode, component)) is None
-            for component in components(observation.signature)
-        )
+        """Whether recording the observation would save a case file (a new component; with
+        ``judge``, a fuzz component not seen yet, without the cost of judging it)."""
+        keys = [self.key(observation.mode, c) for c in components(observation.signature)]
+        if self.judge is not None:
+            return any(key not in self.components for key in keys)
+        return any(self.files.get(key) is None for key in keys)
 
     def record(self, request: Request, text: str, observation: Observation) -> list[str]:
         """Count each component of the signature; save the input once per new component."""
         fresh = []
         for component in components(observation.signature):
+            case = None
             key = self.key(observation.mode, component)
-            self.counts[key] = self.counts.get(key, 0) + 1
-            if self.files.get(key) is None and not self._claim(key):
+            if self.judge is not None:
+                self.components.add(key)
                 case = finding_case(request, text, observation, self.target, focus=component)
+                cell = self.judge(case, component.partition(":")[0], observation.mode)
+                if not cell.outcome.finding:
+                    continue
+                what = {"adapter": cell.adapter, "outcome": cell.outcome.value}
+                what["fields"] = list(cell.fields)
+                key = self.key(observation.mode, cell_key(what))
+                self.cells.setdefault(key, what)
+            self.counts[key] = self.counts.get(key, 0) + 1
+            self.first_cpu.setdefault(key, round(time.process_time() - self.cpu_started, 2))
+            if self.files.get(key) is None and not self._claim(key):
+                if case is None:
+                    case = finding_case(request, text, observation, self.target, focus=component)
                 self.files[key] = str(write_case_file(case, self.directory))
                 self.new.append(key)
                 fresh.append(key)
@@ -416,6 +461,14 @@ class FindingStore:
             self.repeats = (self.repeats or 0) + repeated
         if self.executions % 200 == 0:
             self.save()
+        if self.cpu_budget is not None and self.cpu_seconds() >= self.cpu_budget:
+            self.save(force=True)
+            print(f"[k2conform fuzz] CPU budget of {self.cpu_budget:g} s used", flush=True)
+            os._exit(0)  # libFuzzer has no CPU-time limit; its exit() would wait for nothing
+
+    def cpu_seconds(self) -> float:
+        """CPU seconds this process has fuzzed since the store was made (after the set-up)."""
+        return time.process_time() - self.cpu_started
 
     def save(self, force: bool = False) -> None:
         now = time.monotonic()
@@ -429,8 +482,17 @@ class FindingStore:
             "executions": self.executions,
             **({} if self.repeats is None else {"repeats": self.repeats}),
             "seconds": round(now - self.started, 1),
+            "cpu_seconds": round(self.cpu_seconds(), 2),
+            **({} if self.judge is None else {"distinct": "cells"}),
             "signatures": [
-                {"key": k, "count": c, "file": self.files.get(k), "new": k in self.new}
+                {
+                    "key": k,
+                    "count": c,
+                    "file": self.files.get(k),
+                    "new": k in self.new,
+                    "first_cpu": self.first_cpu.get(k),
+                    **({"cell": self.cells[k]} if k in self.cells else {}),
+                }
                 for k, c in sorted(self.counts.items(), key=lambda kv: (-kv[1], kv[0]))
             ],
         }

@@ -15,26 +15,29 @@ import zipfile
 from pathlib import Path
 
 from k2conform import markers as mk
-from k2conform.case.corpus import load_corpus
+from k2conform.case.corpus import CompletionCase, load_corpus
 from k2conform.fuzzing.envelope import DECLARE_TOOLS, THINKING, FuzzInput
 
 
+def fuzz_input(case: CompletionCase) -> FuzzInput:
+    """A case as a fuzz input: its model output, thinking flag, whether it declares tools, and
+    the cuts of its recorded deltas."""
+    flags = (THINKING if case.request.thinking else 0) | (
+        DECLARE_TOOLS if case.request.tools else 0
+    )
+    cuts = None
+    if case.deltas:
+        cuts, position = [], 0
+        for piece in case.deltas[:-1]:
+            position += len(piece)
+            cuts.append(position)
+        cuts = tuple(cuts)
+    return FuzzInput(case.model_output, flags, cuts)
+
+
 def seed_inputs(corpus_root: Path | str | None = None) -> list[FuzzInput]:
-    inputs = []
     # the fuzz targets drive the K2 adapters: K3 outputs are no seeds of theirs (docs/k3.md)
-    for case in (c for c in load_corpus(corpus_root).completions if c.family == "k2"):
-        flags = (THINKING if case.request.thinking else 0) | (
-            DECLARE_TOOLS if case.request.tools else 0
-        )
-        cuts = None
-        if case.deltas:
-            cuts, position = [], 0
-            for piece in case.deltas[:-1]:
-                position += len(piece)
-                cuts.append(position)
-            cuts = tuple(cuts)
-        inputs.append(FuzzInput(case.model_output, flags, cuts))
-    return inputs
+    return [fuzz_input(c) for c in load_corpus(corpus_root).completions if c.family == "k2"]
 
 
 def seed_files(corpus_root: Path | str | None = None) -> dict[str, bytes]:

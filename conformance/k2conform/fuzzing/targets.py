@@ -32,7 +32,7 @@ import zlib
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from k2conform.fuzzing.instrument import INSTRUMENT_CHOICES
+from k2conform.fuzzing.instrument import INSTRUMENT_CHOICES, KIMI
 
 TARGETS = ("reference", "differential", "roundtrip")
 #: The targets whose input is the envelope (:mod:`k2conform.fuzzing.envelope`), so the seed
@@ -43,6 +43,9 @@ ENVELOPE_TARGETS = ("reference", "differential")
 #: minute from the seed corpus, reached no more coverage (cov 284 either way).
 MAX_LEN = {"reference": 2048, "differential": 2048, "roundtrip": 2048}
 MAX_TEXT = 8192
+#: ``--distinct``: what makes two findings two: the fuzz signature's component (default), or
+#: the matrix's judgement of the finding's case (the rediscovery bench: slower, finer).
+DISTINCT = ("signature", "cells")
 
 
 def libfuzzer_timeout(deadline: float) -> int:
@@ -69,6 +72,8 @@ def own_options(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--deadline", type=float, default=10.0)
     parser.add_argument("--instrument", choices=INSTRUMENT_CHOICES)
     parser.add_argument("--worker", type=int)
+    parser.add_argument("--distinct", choices=DISTINCT, default=DISTINCT[0])
+    parser.add_argument("--cpu-budget", type=float)
     options, rest = parser.parse_known_args(list(argv[1:]))
     env = os.environ
     options.instrument = options.instrument or env.get("K2FUZZ_INSTRUMENT") or INSTRUMENT_CHOICES[0]
@@ -343,8 +348,10 @@ def _load_engine(atheris: Any, options: argparse.Namespace) -> Any:
     engine = Engine(options.adapter, deadline=options.deadline)
     for name, reason in engine.skipped.items():
         print(f"[k2conform fuzz] {name} unavailable: {reason}", file=sys.stderr)
-    under_test = engine.adapters if options.instrument == "parsers" else []
-    instrument_adapters([engine.reference, *under_test], atheris)
+    under_test = engine.adapters if options.instrument in ("parsers", KIMI) else []
+    instrument_adapters([engine.reference], atheris)
+    if under_test:
+        instrument_adapters(under_test, atheris, shared=options.instrument != KIMI)
     return engine
 
 
@@ -374,7 +381,16 @@ def main(name: str, argv: Sequence[str] | None = None) -> None:
         if unknown:
             raise SystemExit(f"unknown delivery mode(s) {unknown} (known: {', '.join(FUZZ_MODES)})")
         engine = _load_engine(atheris, options)
-        store = FindingStore(options.findings, name, worker=options.worker)
+        judge = None
+        if options.distinct == "cells":
+            from k2conform.fuzzing.engine import judge_finding
+
+            by_name = {adapter.name: adapter for adapter in engine.adapters}
+
+            def judge(case: Any, adapter: str, mode: str) -> Any:
+                return judge_finding(case, by_name[adapter], mode, engine.deadline)
+
+        store = FindingStore(options.findings, name, options.worker, judge, options.cpu_budget)
         print(
             f"[k2conform fuzz] {name}: adapters {', '.join(engine.names) or '(none)'}; deliveries "
             f"{', '.join(modes)}; findings in {options.findings}",

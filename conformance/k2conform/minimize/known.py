@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from k2conform.case.corpus import CATALOGUE, CompletionCase, default_corpus_dir, load_corpus
+from k2conform.fuzzing.engine import judge_finding, matrix_mode
 from k2conform.gate.baseline import BaselineEntry, load_baseline
 from k2conform.model import Cell
 from k2conform.report.findings import family
@@ -35,12 +36,6 @@ from k2conform.resources import checkout_root
 
 #: What a finding none of the three knows is.
 NEW = "not in the corpus, a baseline or the catalogue"
-
-
-def matrix_mode(case: CompletionCase, mode: str) -> str:
-    """The mode a finding's case file is judged in: its recorded deltas when it has them (a
-    text-level finding keeps the chunks that showed it), else the fuzzer's mode."""
-    return "stream-recorded" if case.deltas is not None else mode
 
 
 def default_baselines() -> list[Path]:
@@ -128,13 +123,6 @@ class Known:
                 found.append(f"catalogue: {case_id}")
                 break
         return found
-
-
-def judge_finding(case: CompletionCase, adapter: Any, mode: str, deadline: float) -> Cell:
-    """The finding's case file as a matrix cell of ``adapter`` in its :func:`matrix_mode`."""
-    from k2conform.run.cell import CellSettings, run_cell
-
-    return run_cell(adapter, case, matrix_mode(case, mode), CellSettings(deadline=deadline))
 
 
 @dataclass(frozen=True)
