@@ -257,7 +257,6 @@ class JudgedEngine:
 
     def __init__(self, engine: Any, cells: Mapping[str, Any], start: Candidate, mode: str) -> None:
         self.engine = engine
-        self.deadline = engine.deadline
         self.cells = cells
         probes = self._probes(start.request, start.text, _run_mode(start, mode), start.cuts)
         for name, probe in probes.items():

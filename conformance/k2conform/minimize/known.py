@@ -3,18 +3,20 @@
 A fuzz signature (``vllm:wrong-name``) is the fuzzer's coarse kind, decided against the
 reference alone; what the project records is a *behaviour*, the matrix's judgement of a cell
 (:func:`k2conform.run.cell.run_cell`): an adapter, an outcome and the fields that differ.  So
-a finding is first judged as the matrix would judge its case file (:func:`judge_finding`),
+a finding is first judged as the matrix would judge its case file
+(:func:`k2conform.fuzzing.engine.judge_finding`),
 then looked up (:meth:`Known.lookup`):
 
 * **corpus**: a case of the matrix corpus with the same request and model output;
 * **baseline**: an entry (any ``baseline*.json`` of the checkout, or those given) for the
-  same adapter, outcome and fields in the same kind of delivery;
+  same adapter, outcome and fields in the same family of delivery modes;
 * **catalogue**: a catalogued behaviour (``corpus/findings/catalogue``) of the same adapter,
-  outcome and fields in the same kind of delivery.
+  outcome and fields in the same family of delivery modes.
 
-The kind of delivery (:func:`delivery_kind`: one-shot, token-aligned or text-level) stands for
-the mode because the catalogue replays text-level chunks as recorded ones, and a parser that
-breaks on one text-level chunking breaks for the same reason on another.
+The family of modes (:func:`k2conform.report.findings.family`: token-aligned, the one-shot
+parse among them, or text-level) stands for the mode as the report and the catalogue group
+behaviours: the catalogue keeps one example per behaviour and replays text-level chunks as
+recorded ones.
 
 A finding that none of them knows is *new*: the only kind worth a user's review.
 """
@@ -74,7 +76,6 @@ class Known:
     corpus: dict[str, str] = field(default_factory=dict)  # request+text → case id
     baselines: list[tuple[str, BaselineEntry]] = field(default_factory=list)
     catalogue: list[tuple[str, Judgement]] = field(default_factory=list)  # case id, behaviour
-    sources: list[str] = field(default_factory=list)
 
     @classmethod
     def load(cls, corpus: Path | None = None, baselines: Sequence[Path] | None = None) -> Known:
@@ -94,11 +95,6 @@ class Known:
                 entry.adapter, finding["outcome"], tuple(finding["fields"]), finding["delivery"]
             )
             known.catalogue.append((entry.case.id, behaviour))
-        known.sources = [
-            f"corpus {root} ({len(known.corpus)} cases)",
-            f"baselines {', '.join(p.name for p in paths) or 'none'}",
-            f"catalogue ({len(known.catalogue)} behaviours)",
-        ]
         return known
 
     def lookup(self, case: CompletionCase, behaviour: Judgement) -> list[str]:
