@@ -152,14 +152,6 @@ def _burst(variant: str) -> int:
     return int(found.group(1)) if found else dl.DEFAULT_BURST
 
 
-def _cuts_of(pieces: Sequence[str]) -> tuple[int, ...]:
-    cuts, position = [], 0
-    for piece in pieces[:-1]:
-        position += len(piece)
-        cuts.append(position)
-    return tuple(cuts)
-
-
 def _digest(*parts: Any) -> str:
     return hashlib.sha256(json.dumps(parts, ensure_ascii=False).encode()).hexdigest()[:8]
 
@@ -200,7 +192,7 @@ def build_one(
             pieces = tuple(d.text for d in delivered) if delivered is not None else None
         if not pieces:
             return Built(behaviour, "skipped", f"cannot derive the deltas of {now.variant}")
-        run_mode, cuts = "stream-recorded", _cuts_of(pieces)
+        run_mode, cuts = "stream-recorded", dl.cut_points(pieces)
     key = _digest(behaviour.adapter, behaviour.family, behaviour.reason, behaviour.signatures,
                   behaviour.modes, source.id, mode)  # fmt: skip
     engine = CellEngine(adapter, availability, settings, f"cat_probe_{key}")

@@ -272,6 +272,15 @@ def _token_ends(spans: list[tuple[int, str]]) -> list[int]:
     return ends
 
 
+def cut_points(pieces: Sequence[str]) -> tuple[int, ...]:
+    """The offsets between consecutive pieces: what :func:`cut` takes to give them back."""
+    points, position = [], 0
+    for piece in pieces[:-1]:
+        position += len(piece)
+        points.append(position)
+    return tuple(points)
+
+
 def cut(text: str, cuts: Sequence[int] | range) -> tuple[Delta, ...]:
     """Cut ``text`` at the given offsets into text-only deltas."""
     bounds = [0, *sorted({c for c in cuts if 0 < c < len(text)}), len(text)]

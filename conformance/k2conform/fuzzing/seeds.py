@@ -16,6 +16,7 @@ from pathlib import Path
 
 from k2conform import markers as mk
 from k2conform.case.corpus import CompletionCase, load_corpus
+from k2conform.delivery.modes import cut_points
 from k2conform.fuzzing.envelope import DECLARE_TOOLS, THINKING, FuzzInput
 
 
@@ -25,13 +26,7 @@ def fuzz_input(case: CompletionCase) -> FuzzInput:
     flags = (THINKING if case.request.thinking else 0) | (
         DECLARE_TOOLS if case.request.tools else 0
     )
-    cuts = None
-    if case.deltas:
-        cuts, position = [], 0
-        for piece in case.deltas[:-1]:
-            position += len(piece)
-            cuts.append(position)
-        cuts = tuple(cuts)
+    cuts = cut_points(case.deltas) if case.deltas else None
     return FuzzInput(case.model_output, flags, cuts)
 
 

@@ -236,14 +236,6 @@ def read_input(path: Path) -> tuple[Request, str, tuple[str, ...] | None, str | 
     return request, text, deltas, data.get("delivery"), data.get("signature")
 
 
-def _cuts_of(pieces: Sequence[str]) -> tuple[int, ...]:
-    cuts, position = [], 0
-    for piece in pieces[:-1]:
-        position += len(piece)
-        cuts.append(position)
-    return tuple(cuts)
-
-
 class NoMatrixFinding(Exception):
     """The fuzz signature holds, but the matrix would not file the input as that finding."""
 
@@ -327,13 +319,13 @@ def minimize_input(
     (the default) holds the matrix's judgement too (:class:`JudgedEngine`; the minimiser's
     ``engine`` then says what it held); a signature the matrix files as no finding raises
     :class:`NoMatrixFinding`."""
-    from k2conform.delivery.modes import TEXT_LEVEL_MODES
+    from k2conform.delivery.modes import TEXT_LEVEL_MODES, cut_points
 
     if mode in TEXT_LEVEL_MODES:
         if deltas is None or mode != "stream-recorded":
             first = engine.observe(request, text, mode)
             deltas = first.deltas
-        start = Candidate(request, text, _cuts_of(deltas or (text,)))
+        start = Candidate(request, text, cut_points(deltas or (text,)))
     else:
         start = Candidate(request, text, None)
     probe = Minimizer(engine, mode, "")
