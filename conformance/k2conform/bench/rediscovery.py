@@ -30,8 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from k2conform.case.corpus import CATALOGUE, CompletionCase, default_corpus_dir, load_corpus
-from k2conform.report.findings import family
+from k2conform.case.corpus import CompletionCase, default_corpus_dir, load_corpus
+from k2conform.errors import HarnessError
+from k2conform.minimize.known import Judgement, catalogue_judgements
 
 #: The seed sets: the golden spec cases, or the corpus less every case a baseline entry of an
 #: adapter under test lists (the cases that show one of its behaviours).
@@ -47,44 +48,35 @@ ADAPTERS = ("vllm", "sglang")
 
 @dataclass(frozen=True)
 class Target:
-    """One catalogued behaviour: what a finding must be judged as to rediscover it."""
+    """One catalogued behaviour (:attr:`Judgement.behaviour`): what a finding must be judged as
+    to rediscover it, with a catalogue case that shows it."""
 
     adapter: str
     outcome: str
     fields: tuple[str, ...]
-    family: str
-    example: str  #: a catalogue case that shows it
+    family: str  #: of delivery modes (:func:`k2conform.report.findings.family`)
+    example: str
 
     @property
     def name(self) -> str:
         return f"{self.adapter} {self.outcome} ({','.join(self.fields)}) {self.family}"
 
     def shown_by(self, row: Mapping[str, Any]) -> bool:
+        """Whether a findings-table row (``--distinct cells``) is this behaviour."""
         cell = row.get("cell")
         if not cell:
             return False
         mode = row["key"].partition(" ")[0]
-        return (cell["adapter"], cell["outcome"], tuple(cell["fields"]), family(mode)) == (
-            self.adapter,
-            self.outcome,
-            self.fields,
-            self.family,
-        )
+        judged = Judgement(cell["adapter"], cell["outcome"], tuple(cell["fields"]), mode)
+        return judged.behaviour == (self.adapter, self.outcome, self.fields, self.family)
 
 
 def targets(adapters: Sequence[str], corpus: Path | None = None) -> list[Target]:
     """The catalogue's behaviours of ``adapters``, once each."""
-    from k2conform.catalogue.index import read_catalogue
-
     found: dict[tuple, Target] = {}
-    root = Path(corpus or default_corpus_dir()).joinpath(*CATALOGUE)
-    for entry in read_catalogue(root):
-        if entry.adapter not in adapters:
-            continue
-        finding = entry.finding
-        key = (entry.adapter, finding["outcome"], tuple(finding["fields"]))
-        key += (family(finding["delivery"]),)
-        found.setdefault(key, Target(*key, entry.case.id))
+    for case_id, judged in catalogue_judgements(corpus):
+        if judged.adapter in adapters:
+            found.setdefault(judged.behaviour, Target(*judged.behaviour, case_id))
     return sorted(found.values(), key=lambda t: t.name)
 
 
@@ -162,7 +154,7 @@ def run_target(command: list[str], work: Path, seeds: Path, wall_limit: float) -
     if process.returncode not in (0, -15) or not table.is_file():
         tail = log.read_text(encoding="utf-8", errors="replace").splitlines()[-15:]
         why = f"the differential target failed ({process.returncode}):"
-        raise RuntimeError("\n".join([why, *tail]))
+        raise HarnessError("\n".join([why, *tail]))
     return json.loads(table.read_text(encoding="utf-8"))
 
 
@@ -185,7 +177,7 @@ def summarise(
     per_behaviour = {}
     for goal in goals:
         times = [t["found"].get(goal.name) for t in trials]
-        hits = sorted(x for x in times if x is not None and x <= budget)
+        hits = [t for t in trials if found_within(t, goal, budget)]
         median = statistics.median(times_or_inf(times, budget)) if trials else None
         per_behaviour[goal.name] = {
             "example": goal.example,
@@ -194,10 +186,7 @@ def summarise(
             "share_of_trials": round(len(hits) / len(trials), 3) if trials else 0.0,
         }
     shares = (
-        [
-            sum(1 for g in goals if (t["found"].get(g.name) or budget + 1) <= budget) / len(goals)
-            for t in trials
-        ]
+        [sum(1 for g in goals if found_within(t, g, budget)) / len(goals) for t in trials]
         if goals
         else []
     )
@@ -205,8 +194,7 @@ def summarise(
     curve = (
         [
             statistics.median(
-                sum(1 for g in goals if (t["found"].get(g.name) or budget + 1) <= step) / len(goals)
-                for t in trials
+                sum(1 for g in goals if found_within(t, g, step)) / len(goals) for t in trials
             )
             for step in steps
         ]
@@ -219,6 +207,12 @@ def summarise(
         "median_share": round(statistics.median(shares), 3) if shares else 0.0,
         "over_time": {"cpu_seconds": steps, "median_share": [round(c, 3) for c in curve]},
     }
+
+
+def found_within(trial: Mapping[str, Any], goal: Target, limit: float) -> bool:
+    """Whether the trial rediscovered the goal within ``limit`` CPU seconds (0.0 included)."""
+    seconds = trial["found"].get(goal.name)
+    return seconds is not None and seconds <= limit
 
 
 def times_or_inf(times: Sequence[float | None], budget: float) -> list[float]:

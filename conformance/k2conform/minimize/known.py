@@ -68,6 +68,31 @@ class Judgement:
         fields = f" ({', '.join(self.fields)})" if self.fields else ""
         return f"{self.adapter} {self.outcome}{fields} in {self.mode}"
 
+    @property
+    def behaviour(self) -> tuple[str, str, tuple[str, ...], str]:
+        """Adapter, outcome, fields and family of modes: two judgements with the same one are
+        one behaviour (the report's grouping)."""
+        return (self.adapter, self.outcome, self.fields, family(self.mode))
+
+
+def catalogue_judgements(corpus: Path | None = None) -> list[tuple[str, Judgement]]:
+    """Each catalogued behaviour as (case id, the judgement its finding block records)."""
+    from k2conform.catalogue.index import read_catalogue
+
+    folder = Path(corpus or default_corpus_dir()).joinpath(*CATALOGUE)
+    return [
+        (
+            entry.case.id,
+            Judgement(
+                entry.adapter,
+                entry.finding["outcome"],
+                tuple(entry.finding["fields"]),
+                entry.finding["delivery"],
+            ),
+        )
+        for entry in (read_catalogue(folder) if folder.is_dir() else ())
+    ]
+
 
 @dataclass
 class Known:
@@ -79,22 +104,12 @@ class Known:
 
     @classmethod
     def load(cls, corpus: Path | None = None, baselines: Sequence[Path] | None = None) -> Known:
-        from k2conform.catalogue.index import read_catalogue
-
-        root = Path(corpus or default_corpus_dir())
-        known = cls()
-        for case in load_corpus(root).completions:
+        known = cls(catalogue=catalogue_judgements(corpus))
+        for case in load_corpus(corpus or default_corpus_dir()).completions:
             known.corpus.setdefault(_request_key(case), case.id)
         paths = default_baselines() if baselines is None else list(baselines)
         for path in paths:
             known.baselines += [(path.name, e) for e in load_baseline(path).entries]
-        catalogue = root.joinpath(*CATALOGUE)
-        for entry in read_catalogue(catalogue) if catalogue.is_dir() else ():
-            finding = entry.finding
-            behaviour = Judgement(
-                entry.adapter, finding["outcome"], tuple(finding["fields"]), finding["delivery"]
-            )
-            known.catalogue.append((entry.case.id, behaviour))
         return known
 
     def lookup(self, case: CompletionCase, behaviour: Judgement) -> list[str]:
@@ -113,9 +128,7 @@ class Known:
                 found.append(f"baseline: {name}, the entry of {', '.join(entry.cases[:3])}{more}")
                 break
         for case_id, known in self.catalogue:
-            if (known.adapter, known.outcome, known.fields) == what and (
-                family(known.mode) == kind
-            ):
+            if known.behaviour == behaviour.behaviour:
                 found.append(f"catalogue: {case_id}")
                 break
         return found
