@@ -420,7 +420,7 @@ class FindingStore:
                 key = self.key(observation.mode, cell_key(what))
                 self.cells.setdefault(key, what)
             self.counts[key] = self.counts.get(key, 0) + 1
-            self.first_cpu.setdefault(key, round(time.process_time() - self.cpu_started, 2))
+            self.first_cpu.setdefault(key, round(self.cpu_seconds(), 2))
             if self.files.get(key) is None and not self._claim(key):
                 if case is None:
                     case = finding_case(request, text, observation, self.target, focus=component)
