@@ -19,6 +19,7 @@ from k2conform.fuzzing import mutator as mu
 from k2conform.fuzzing.envelope import (
     DECLARE_TOOLS,
     SAMPLED_CUTS,
+    SPELLED,
     THINKING,
     FuzzInput,
     decode,
@@ -225,7 +226,7 @@ def test_cuts_and_flags_operations():
         cuts = mu.apply("cuts", every, random.Random(seed)).split_points()
         assert set(cuts) <= set(every.cuts) and len(cuts) < len(every.cuts)
     flags = {mu.apply("flags", FuzzInput("x", 0), random.Random(s)).flags for s in range(30)}
-    assert flags == {1, 2, 4}
+    assert flags == {1, 2, 4, SPELLED}
 
 
 def test_crossover_joins_two_inputs_at_markers():
@@ -275,7 +276,17 @@ def test_a_target_that_ignores_cuts_gets_no_mutation_of_only_its_cuts():
     for seed in range(300):
         out = decode(mu.mutate(data, 4096, seed, _byte_flips, seen))
         assert (out.flags, out.text) != (DECLARE_TOOLS, ONE_CALL)
-    assert "split" not in mu.UNCUT_OPERATIONS and "cuts" not in mu.UNCUT_OPERATIONS
+    assert "split" not in seen.operations and "cuts" not in seen.operations
+
+
+def test_a_target_that_sends_no_token_ids_gets_no_spelled_marker():
+    """The reference target reads text only: spelling a marker changes no token id it sees."""
+    data = FuzzInput(ONE_CALL, DECLARE_TOOLS).encode()
+    seen = mu.SeenInputs(reads_tokens=False)
+    seen.add(decode(data))
+    spelled = FuzzInput(ONE_CALL, DECLARE_TOOLS | SPELLED).encode()
+    assert not seen.fresh(spelled) and mu.SeenInputs().fresh(spelled)
+    assert "spell" not in seen.operations and "spell" in mu.SeenInputs().operations
 
 
 def test_dictionary_file_is_the_generated_one():
@@ -360,6 +371,17 @@ CALL = ToolCall("get_weather", '{"city": "Paris"}', "functions.get_weather:0")
             ("wrong-arguments",),
         ),
         (Result(content="Sure!", tool_calls=(CALL,)), ("content-drift",)),
+        # vllm-project/vllm PR #50367: the answer streamed, then flushed again
+        (Result(content="Sure.Sure.", tool_calls=(CALL,)), ("duplicate-emission", "content-drift")),
+        (
+            Result(content="Sure." + SB + "Sure.", tool_calls=(CALL,)),
+            ("duplicate-emission", "leaked-marker"),
+        ),
+        (
+            Result(content="Sure.", tool_calls=(ToolCall("get_weather", CALL.arguments * 2),)),
+            ("duplicate-emission", "wrong-arguments"),
+        ),
+        (Result(content="Sure.", reasoning="hmhm"), ("dropped-call", "reasoning-drift")),
         (Result(content="Sure.", reasoning="hm", tool_calls=(CALL,)), ("reasoning-drift",)),
         (Result.failed("crash", "IndexError: list index out of range"), ("crash",)),
         (Result.failed("timeout", "no result"), ("timeout",)),
@@ -924,9 +946,13 @@ def test_differential_workers_share_one_findings_table(tmp_path):
     table = json.loads((findings / "signatures-differential.json").read_text())
     assert table["workers"] == 2 and table["executions"] > 0
     from k2conform.case.corpus import load_case
+    from k2conform.fuzzing.engine import axis
 
-    saved = [load_case(p).generator for p in findings.glob("*_fuzz_*.json")]
-    keys = [f"{g['delivery']} {g['signature']}" for g in saved]
+    saved = [load_case(p) for p in findings.glob("*_fuzz_*.json")]
+    keys = [
+        f"{axis(c.generator['delivery'], bool(c.spelled_markers))} {c.generator['signature']}"
+        for c in saved
+    ]
     assert sorted(keys) == sorted(row["key"] for row in table["signatures"])  # each once
     assert all(row["file"] for row in table["signatures"])
     assert not list(findings.glob("signatures-differential.worker-*"))

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from k2conform import markers as mk
+from k2conform.k3 import markers as k3_markers
 from k2conform.model import Request, Result, ToolCall, dumps_canonical
 from k2conform.resources import bundled
 
@@ -46,6 +48,7 @@ _COMPLETION_KEYS = {
     "expected": False,
     "generator": False,
     "family": False,
+    "spelled_markers": False,
 }
 _PROBE_KEYS = {
     "id": True,
@@ -120,6 +123,10 @@ class CompletionCase:
     #: The format family of ``model_output`` (:data:`FAMILIES`); an adapter parses the
     #: families it declares (``Adapter.families``)
     family: str = "k2"
+    #: Offsets in ``model_output`` of markers the model wrote from ordinary pieces instead of
+    #: their special token (sgl-project/sglang PR #32677): the text is the same, the token
+    #: ids differ, so only token-aligned deliveries carry it (``delivery.modes.deliveries``).
+    spelled_markers: tuple[int, ...] = ()
 
     kind = "completion"
 
@@ -145,6 +152,8 @@ class CompletionCase:
             data["generator"] = dict(self.generator)
         if self.family != "k2":
             data["family"] = self.family
+        if self.spelled_markers:
+            data["spelled_markers"] = list(self.spelled_markers)
         return data
 
 
@@ -366,6 +375,7 @@ def _completion(data: Mapping[str, Any], check: FieldChecker, path: str) -> Comp
     family = data.get("family", "k2")
     if family not in FAMILIES:
         raise CorpusError(path, "family", f"must be one of {', '.join(FAMILIES)}, not {family!r}")
+    spelled = _spelled_markers(data.get("spelled_markers", []), model_output, family, check)
     return CompletionCase(
         case_id,
         description,
@@ -378,7 +388,29 @@ def _completion(data: Mapping[str, Any], check: FieldChecker, path: str) -> Comp
         generator,
         path,
         family,
+        spelled,
     )
+
+
+def _spelled_markers(
+    value: Any, model_output: str, family: str, check: FieldChecker
+) -> tuple[int, ...]:
+    """Ascending offsets, each where one of the family's special tokens starts."""
+    tokens = k3_markers.MARKERS if family == "k3" else tuple(mk.SPECIAL_TOKEN_IDS)
+    offsets = tuple(
+        check.integer(v, f"spelled_markers[{i}]")
+        for i, v in enumerate(check.array(value, "spelled_markers"))
+    )
+    for i, at in enumerate(offsets):
+        if i and at <= offsets[i - 1]:
+            raise CorpusError(check.path, f"spelled_markers[{i}]", "offsets must ascend")
+        if at < 0 or not any(model_output.startswith(t, at) for t in tokens):
+            raise CorpusError(
+                check.path,
+                f"spelled_markers[{i}]",
+                f"offset {at} is not where a {family} special token starts in model_output",
+            )
+    return offsets
 
 
 def _prompt(data: Mapping[str, Any], check: FieldChecker, path: str) -> PromptCase:

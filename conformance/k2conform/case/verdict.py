@@ -115,12 +115,27 @@ class Verdict:
     reasons: tuple[str, ...] = ()
 
 
-def verdict(request: Request, model_output: str, reference: Result | None = None) -> Verdict:
+#: Why a case with ``spelled_markers`` is ``i_``.
+SPELLED_REASON = (
+    "a marker written from ordinary pieces, not its special token: whether it is structure "
+    "is the implementation's choice (sgl-project/sglang PR #32677)"
+)
+
+
+def verdict(
+    request: Request,
+    model_output: str,
+    reference: Result | None = None,
+    spelled: bool = False,
+) -> Verdict:
     """The prefix the spec gives this model output for this request (``reference``: the
-    reference parser's result for it, when the caller has it already)."""
+    reference parser's result for it, when the caller has it already; ``spelled``: some of
+    its markers are written from ordinary pieces, ``CompletionCase.spelled_markers``)."""
     result = reference if reference is not None else parse(model_output, request)
     policies = set(result.meta.get("policies") or ())
     open_reasons = _implementation_defined(request, model_output, result, policies)
+    if spelled:
+        open_reasons.append(SPELLED_REASON)
     if open_reasons:
         return Verdict("i", tuple(open_reasons))
     malformed = _malformed(request, result, policies)
@@ -136,7 +151,7 @@ def case_verdict(case: Case) -> Verdict:
 
         return Verdict(*k3_verdict(case.request, case.model_output))
     if isinstance(case, CompletionCase):
-        return verdict(case.request, case.model_output)
+        return verdict(case.request, case.model_output, spelled=bool(case.spelled_markers))
     return Verdict("y")
 
 

@@ -198,7 +198,8 @@ def build_one(
     engine = CellEngine(adapter, availability, settings, f"cat_probe_{key}")
     signature = target_signature(*target)
     minimizer = BudgetedMinimizer(engine, run_mode, signature, budget)
-    start = Candidate(source.request, source.model_output, cuts)
+    spelled = source.spelled_markers if cuts is None else ()
+    start = Candidate(source.request, source.model_output, cuts, spelled)
     note = ""
     if target[0] == "timeout":
         small, note = None, "not minimised: every probe of a timeout waits out the deadline"
@@ -216,7 +217,7 @@ def build_one(
     unminimised = replace(source, deltas=pieces)
     bases = [(unminimised, False)]
     if small is not None:
-        probe = engine.observe(small.request, small.text, run_mode, small.cuts)
+        probe = engine.observe(small.request, small.text, run_mode, small.cuts, small.spelled)
         if probe.signature == signature and probe.case is not None:
             bases.insert(0, (probe.case, True))
         else:  # e.g. a RecursionError that hangs on the minimiser's own stack depth

@@ -113,7 +113,7 @@ SPLIT_MARKERS: tuple[str, ...] = mk.LEAK_MARKERS + (mk.IM_END, mk.THINK_BEGIN, m
 
 
 class Tokenizer(Protocol):
-    def tokenize_spans(self, text: str) -> list[tuple[int, str]]: ...
+    def tokenize_spans(self, text: str, spelled: Sequence[int] = ()) -> list[tuple[int, str]]: ...
 
 
 @dataclass(frozen=True)
@@ -158,11 +158,16 @@ def deliveries(
     recorded: Sequence[str] | None = None,
     burst: int = DEFAULT_BURST,
     tool: str = CUTOFF_TOOL,
+    spelled: Sequence[int] = (),
 ) -> list[Delivery]:
     """The deliveries of ``text`` in ``mode`` (marker splits give several; others one);
-    ``tool`` names the call ``stream-after-cutoff``'s prelude cuts off."""
+    ``tool`` names the call ``stream-after-cutoff``'s prelude cuts off; ``spelled``: the
+    offsets of markers written from ordinary pieces (``CompletionCase.spelled_markers``)."""
     text = engine_output(text)
-    spans = tokenizer.tokenize_spans(text)
+    spelled = tuple(at for at in spelled if at < len(text))
+    if spelled and mode in TEXT_LEVEL_MODES:
+        raise ValueError(f"{mode} sends no token ids: it cannot spell a marker")
+    spans = tokenizer.tokenize_spans(text, spelled) if spelled else tokenizer.tokenize_spans(text)
     if "".join(piece for _, piece in spans) != text:
         raise ValueError("the tokenizer does not reproduce the text; cannot derive deltas")
     if mode in ("whole", *SERVER_MODES):

@@ -248,10 +248,42 @@ class KimiTokenizer:
             pieces[-1] += tail
         return pieces
 
-    def tokenize_spans(self, text: str) -> list[tuple[int, str]]:
+    def encode_ordinary(self, text: str) -> list[int]:
+        """Token ids of ``text`` with every added token written in it spelled from ordinary
+        pieces, as a model writes a marker's text without its token."""
+        ids: list[int] = []
+        for i in range(0, len(text), _MAX_ENCODE_CHARS):
+            for chunk in _split_long_runs(text[i : i + _MAX_ENCODE_CHARS]):
+                ids.extend(self._enc.encode_ordinary(chunk))
+        return ids
+
+    def added_token_at(self, text: str, offset: int) -> str | None:
+        """The added token whose text starts at ``offset`` of ``text`` (the longest), if any."""
+        for name in self._added_by_length:
+            if text.startswith(name, offset):
+                return name
+        return None
+
+    @functools.cached_property
+    def _added_by_length(self) -> tuple[str, ...]:
+        return tuple(sorted(self._id_to_added.values(), key=len, reverse=True))
+
+    def tokenize_spans(self, text: str, spelled: Sequence[int] = ()) -> list[tuple[int, str]]:
         """``(token id, text that token's delta adds)`` for each token of ``text``: the
-        input of token-aligned streaming.  The texts concatenate back to ``text``."""
-        ids = self.encode(text)
+        input of token-aligned streaming.  The texts concatenate back to ``text``.
+
+        ``spelled``: offsets where an added token's text starts that the model wrote from
+        ordinary pieces instead of the token (sgl-project/sglang PR #32677): same text,
+        other ids (``CompletionCase.spelled_markers``)."""
+        ids: list[int] = []
+        position = 0
+        for at in sorted(set(spelled)):
+            token = self.added_token_at(text, at) if at >= position else None
+            if token is None:
+                raise ValueError(f"no added token starts at offset {at} to spell")
+            ids += self.encode(text[position:at]) + self.encode_ordinary(token)
+            position = at + len(token)
+        ids += self.encode(text[position:])
         return list(zip(ids, self.stream_detokenize(ids)))
 
     # --- HF-style vocabulary ---------------------------------------------------------

@@ -64,6 +64,28 @@ class Observation:
     results: dict[str, Result]  # per adapter: the result of the first disagreeing variant
     deltas: tuple[str, ...] | None  # the variant's pieces, for text-level modes
     variant: str = ""
+    #: Offsets of the markers delivered as ordinary token pieces (``spelled_markers``).
+    spelled: tuple[int, ...] = ()
+
+    @property
+    def axis(self) -> str:
+        """The mode as findings are keyed: a delivery that spells markers is an axis of its own
+        (``stream-token+spelled``), so what it shows is not hidden by the same kind seen in
+        the plain delivery."""
+        return axis(self.mode, bool(self.spelled))
+
+
+#: What :attr:`Observation.axis` adds to the mode of a delivery with spelled markers.
+SPELLED_AXIS = "+spelled"
+
+
+def axis(mode: str, spelled: bool) -> str:
+    return mode + SPELLED_AXIS if spelled else mode
+
+
+def axis_mode(label: str) -> str:
+    """The delivery mode of an :attr:`Observation.axis` (a findings table key's first part)."""
+    return label.removesuffix(SPELLED_AXIS)
 
 
 class _SpanCache:
@@ -121,11 +143,19 @@ class Engine:
         mode: str,
         cuts: Sequence[int] | None = None,
         recorded: Sequence[str] | None = None,
+        spelled: Sequence[int] = (),
     ) -> list[dl.Delivery]:
+        """``spelled`` markers go out as ordinary token pieces where the mode sends token ids
+        (:func:`delivered_spelling`)."""
         if mode == "stream-recorded" and recorded is None:
             recorded = [d.text for d in dl.cut(text, cuts or ())]
         return dl.deliveries(
-            text, mode, self._spans, seed=dl.case_seed(dl.DEFAULT_SEED, "fuzz"), recorded=recorded
+            text,
+            mode,
+            self._spans,
+            seed=dl.case_seed(dl.DEFAULT_SEED, "fuzz"),
+            recorded=recorded,
+            spelled=delivered_spelling(text, mode, spelled),
         )
 
     def run(self, adapter: Any, request: Request, delivery: dl.Delivery) -> Result:
@@ -159,6 +189,7 @@ class Engine:
         recorded: Sequence[str] | None = None,
         expected: Result | None = None,
         check_reference_stream: bool = True,
+        spelled: Sequence[int] = (),
     ) -> Observation:
         """Every adapter's disagreement with ``expected`` (default: the reference's one-shot
         parse).
@@ -168,7 +199,7 @@ class Engine:
         k2conform's: :class:`HarnessBug`); see :meth:`verify_reference_stream`."""
         if expected is None:
             expected = self.oracle(request, text)
-        variants = self.deliveries(text, mode, cuts, recorded)
+        variants = self.deliveries(text, mode, cuts, recorded, spelled)
         kinds: dict[str, tuple[str, ...]] = {}
         results: dict[str, Result] = {}
         chosen: dl.Delivery | None = None
@@ -189,7 +220,8 @@ class Engine:
             self.verify_reference_stream(request, text, variants, expected)
         chosen = chosen or variants[0]
         deltas = tuple(d.text for d in chosen.deltas) if mode in dl.TEXT_LEVEL_MODES else None
-        return Observation(mode, expected, sig, kinds, results, deltas, chosen.label)
+        spelling = delivered_spelling(text, mode, spelled)
+        return Observation(mode, expected, sig, kinds, results, deltas, chosen.label, spelling)
 
     def verify_reference_stream(
         self, request: Request, text: str, variants: Sequence[dl.Delivery], expected: Result
@@ -210,6 +242,14 @@ class Engine:
                     f"the reference's {variant.label} parse differs from its one-shot parse:"
                     f"\n{streamed.to_json()}\nvs {expected.to_json()}\ninput: {text!r}"
                 )
+
+
+def delivered_spelling(text: str, mode: str, spelled: Sequence[int]) -> tuple[int, ...]:
+    """The spelled markers a delivery of ``text`` in ``mode`` carries: none in a text-level
+    mode (no token ids), none past the end of turn (never delivered)."""
+    if mode in dl.TEXT_LEVEL_MODES:
+        return ()
+    return tuple(at for at in spelled if at < len(dl.engine_output(text)))
 
 
 def _observable(result: Result) -> tuple:
@@ -246,10 +286,15 @@ def finding_case(
     """
     focus = focus or observation.signature
     policies = list(observation.expected.meta.get("policies") or ())
-    verdict = case_verdict(request, text).prefix if target != "roundtrip" else "y"
+    spelled = observation.spelled
+    verdict = (
+        case_verdict(request, text, spelled=bool(spelled)).prefix if target != "roundtrip" else "y"
+    )
     digest = hashlib.sha256(
         json.dumps(
-            [text, request.to_json(), observation.deltas, observation.mode], ensure_ascii=False
+            [text, request.to_json(), observation.deltas, observation.mode]
+            + ([list(spelled)] if spelled else []),
+            ensure_ascii=False,
         ).encode()
     ).hexdigest()[:8]
     case_id = f"{verdict}_{prefix}_{slug(focus, 48)}_{digest}"
@@ -268,6 +313,7 @@ def finding_case(
         f"{focus} (whole input: {observation.signature}); kinds: "
         f"{'; '.join(f'{a} {chr(43).join(k)}' for a, k in observation.kinds.items() if k)}; "
         f"delivery {observation.mode}"
+        f"{', markers spelled from ordinary tokens at ' + str(list(spelled)) if spelled else ''}"
         f"{' [' + observation.variant + ']' if observation.variant else ''}; observed: {observed}; "
         f"expected ({'rendered calls' if target == 'roundtrip' else 'reference'}): "
         f"{_compact(observation.expected)}; reference policies: {', '.join(policies) or '-'}"
@@ -307,6 +353,7 @@ def finding_case(
         deltas,
         expected,
         generator,
+        spelled_markers=spelled,
     )
 
 
@@ -387,7 +434,8 @@ class FindingStore:
                     continue
                 generator = getattr(case, "generator", None) or {}
                 if generator.get("class") == f"FUZZ.{self.target}" and "signature" in generator:
-                    key = self.key(generator["delivery"], generator["signature"])
+                    mode = axis(generator["delivery"], bool(getattr(case, "spelled_markers", ())))
+                    key = self.key(mode, generator["signature"])
                     self.counts.setdefault(key, 0)
                     self.files.setdefault(key, str(path))
 
@@ -398,7 +446,7 @@ class FindingStore:
     def is_new(self, observation: Observation) -> bool:
         """Whether recording the observation would save a case file (a new component; with
         ``judge``, a fuzz component not seen yet, without the cost of judging it)."""
-        keys = [self.key(observation.mode, c) for c in components(observation.signature)]
+        keys = [self.key(observation.axis, c) for c in components(observation.signature)]
         if self.judge is not None:
             return any(key not in self.components for key in keys)
         return any(self.files.get(key) is None for key in keys)
@@ -408,7 +456,7 @@ class FindingStore:
         fresh = []
         for component in components(observation.signature):
             case = None
-            key = self.key(observation.mode, component)
+            key = self.key(observation.axis, component)
             if self.judge is not None:
                 self.components.add(key)
                 case = finding_case(request, text, observation, self.target, focus=component)
@@ -417,7 +465,7 @@ class FindingStore:
                     continue
                 what = {"adapter": cell.adapter, "outcome": cell.outcome.value}
                 what["fields"] = list(cell.fields)
-                key = self.key(observation.mode, cell_key(what))
+                key = self.key(observation.axis, cell_key(what))
                 self.cells.setdefault(key, what)
             self.counts[key] = self.counts.get(key, 0) + 1
             self.first_cpu.setdefault(key, round(self.cpu_seconds(), 2))

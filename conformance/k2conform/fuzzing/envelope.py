@@ -6,10 +6,12 @@ Layout::
     FLAGS  TEXT-UTF-8  [0xFF  GAP GAP ...]
 
 ``FLAGS`` (the first byte): bit 0 thinking on, bit 1 declare the tools the output names,
-bit 2 leave the first named tool undeclared.  ``TEXT`` is the model output; bytes that are
-not UTF-8 decode as U+FFFD, so every input is a valid string.  0xFF never occurs in
-UTF-8, so it separates the optional cut list: a ``GAP`` byte below 255 puts the next cut
-``GAP + 1`` characters on, 255 moves 255 characters on without a cut.  Without a cut list
+bit 2 leave the first named tool undeclared, bit 3 spell one marker from ordinary token
+pieces instead of its special token (the token axis: :meth:`FuzzInput.spelled_markers`).
+``TEXT`` is the model output; bytes that are not UTF-8 decode as U+FFFD, so every input is
+a valid string.  0xFF never occurs in UTF-8, so it separates the optional cut list: a
+``GAP`` byte below 255 puts the next cut ``GAP + 1`` characters on, 255 moves 255
+characters on without a cut.  Without a cut list
 :data:`SAMPLED_CUTS` cut points are drawn from a hash of the input, so every input still
 carries a split and replays with the same one.  A few cuts per input, not one every few
 characters: a stream's cost grows with its deltas, and libFuzzer moves the cuts itself (the
@@ -25,16 +27,24 @@ import zlib
 from dataclasses import dataclass
 
 from k2conform import markers as mk
+from k2conform.delivery.modes import engine_output
 from k2conform.model import Request
 
 THINKING = 1
 DECLARE_TOOLS = 2
 UNDECLARED_FIRST = 4
+SPELLED = 8
+#: The flag bits a fuzz input carries (the rest of the first byte is ignored).
+FLAG_BITS = 4
 SEPARATOR = 0xFF
 MAX_DECLARED = 8
 #: Cut points drawn for an input without a cut list.
 SAMPLED_CUTS = 4
 
+#: The markers :data:`SPELLED` may spell: the tool markers and the think tags.
+_SPELLABLE = re.compile(
+    "|".join(re.escape(m) for m in (*mk.TOOL_MARKERS, mk.THINK_BEGIN, mk.THINK_END))
+)
 _CALL_ID = re.compile(
     re.escape(mk.CALL_BEGIN)
     + r"\s*(?:functions\.)?([^\s<]{1,64}?)(?::\s*\d+)?\s*"
@@ -51,6 +61,17 @@ class FuzzInput:
     @property
     def thinking(self) -> bool:
         return bool(self.flags & THINKING)
+
+    def spelled_markers(self) -> tuple[int, ...]:
+        """With :data:`SPELLED`, the offset of the one marker (tool marker or think tag, up to
+        the end of turn) the model wrote from ordinary pieces, chosen by a hash of the text:
+        same text, other token ids (sgl-project/sglang PR #32677); else none."""
+        if not self.flags & SPELLED:
+            return ()
+        found = [m.start() for m in _SPELLABLE.finditer(engine_output(self.text))]
+        if not found:
+            return ()
+        return (found[zlib.crc32(self.text.encode("utf-8")) % len(found)],)
 
     def request(self) -> Request:
         return Request(tools=tuple(declared_tools(self.text, self.flags)), thinking=self.thinking)
@@ -102,7 +123,7 @@ def decode(data: bytes) -> FuzzInput:
             position += gap + 1
             cut_list.append(position)
         cuts = tuple(cut_list)
-    return FuzzInput(rest.decode("utf-8", "replace"), flags & 0x07, cuts)
+    return FuzzInput(rest.decode("utf-8", "replace"), flags & ((1 << FLAG_BITS) - 1), cuts)
 
 
 def tool_names_in(text: str) -> list[str]:

@@ -3,7 +3,10 @@
 libFuzzer's byte-level mutations rarely produce a whole 28-byte marker, so this mutator
 works on the structure instead: it inserts, drops, duplicates, reorders, truncates and
 splits the five tool markers and the ``<think>`` tags, changes a call's index, splices
-argument bodies, and moves the chunk boundaries of the text-level stream.  One call in
+argument bodies, and moves the chunk boundaries of the text-level stream.  Two operations
+come from real bugs on the token axis: ``spell`` writes a marker from ordinary token pieces
+(sgl-project/sglang PR #32677), ``spaces`` puts the spaces around added tokens that vLLM's
+detokenizer puts there by default (vllm-project/vllm#33457).  One call in
 five is left to libFuzzer's own mutation (``atheris.Mutate``).  Every result decodes as a
 valid fuzz input whose text is valid UTF-8 (see :mod:`k2conform.fuzzing.envelope`).
 
@@ -12,8 +15,9 @@ digests of what the target read of every input it ran): an operation with nothin
 (no marker to drop, no call to rename), a libFuzzer mutation of the cut list when no delivery
 mode replays it, a crossover that rebuilds one of its parents, or an edit another edit undid,
 gave back an input run before (the same flags, text and, where read, cuts).  Such a result
-is mutated again, up to :data:`ATTEMPTS` times; with ``reads_cuts`` off the cut-list
-operations are not drawn at all.  Measured on 3 Dec 2026 (the differential target, ``whole`` +
+is mutated again, up to :data:`ATTEMPTS` times; an operation that changes only what the
+target does not read (the cut list without ``reads_cuts``, the spelled marker without
+``reads_tokens``) is not drawn at all.  Measured on 3 Dec 2026 (the differential target, ``whole`` +
 ``stream-token``, 120 s from the seed corpus): before this, 24 % of the executions after the
 seed replay repeated an input already run, after it 6 % (docs/fuzzing.md).
 """
@@ -26,13 +30,17 @@ import re
 from typing import Callable
 
 from k2conform import markers as mk
-from k2conform.fuzzing.envelope import FuzzInput, decode, sample_cuts
+from k2conform.fuzzing.envelope import FLAG_BITS, SPELLED, FuzzInput, decode, sample_cuts
 
 #: The markers the mutator moves around: the five tool markers and the think tags.
 MARKERS: tuple[str, ...] = mk.TOOL_MARKERS + (mk.THINK_BEGIN, mk.THINK_END)
 #: Rarer material it also inserts: singular section markers, end of message.
 EXTRA_MARKERS: tuple[str, ...] = (mk.SECTION_BEGIN_SINGULAR, mk.SECTION_END_SINGULAR, mk.IM_END)
 _MARKER_RE = re.compile("|".join(re.escape(m) for m in MARKERS + EXTRA_MARKERS))
+#: Splits an output at its added tokens (markers, think tags, im_* tokens), keeping them.
+_ADDED_SPLIT = re.compile(
+    "(" + "|".join(re.escape(m) for m in sorted(mk.SPECIAL_TOKEN_IDS, key=len, reverse=True)) + ")"
+)
 _INDEX_RE = re.compile(
     re.escape(mk.CALL_BEGIN) + r"[^<]*?:(\s*\d*)(?=\s*" + re.escape(mk.ARGUMENT_BEGIN) + ")"
 )
@@ -193,7 +201,20 @@ def move_cuts(fuzz: FuzzInput, rng: random.Random) -> FuzzInput:
 
 
 def flip_flags(fuzz: FuzzInput, rng: random.Random) -> FuzzInput:
-    return FuzzInput(fuzz.text, fuzz.flags ^ (1 << rng.randint(0, 2)), fuzz.cuts)
+    return FuzzInput(fuzz.text, fuzz.flags ^ (1 << rng.randint(0, FLAG_BITS - 1)), fuzz.cuts)
+
+
+def spell_marker(fuzz: FuzzInput, rng: random.Random) -> FuzzInput:
+    """Spell a marker from ordinary token pieces (the token axis, sgl-project/sglang PR
+    #32677), or take the spelling back: the envelope's :data:`SPELLED` flag."""
+    return FuzzInput(fuzz.text, fuzz.flags ^ SPELLED, fuzz.cuts)
+
+
+def space_added_tokens(text: str, rng: random.Random) -> str:
+    """The output as a detokenizer with ``spaces_between_special_tokens`` (vLLM's default)
+    hands it to the parser: every added token and every run of text between them joined by one
+    space (vllm-project/vllm#33457; the spacing that defeats hold-back, PR #50367)."""
+    return " ".join(part for part in _ADDED_SPLIT.split(text) if part)
 
 
 #: Mutations of the text; each keeps the text a valid string.
@@ -207,18 +228,20 @@ TEXT_OPERATIONS: dict[str, Callable[[str, random.Random], str]] = {
     "index": change_index,
     "name": change_name,
     "splice": splice_arguments,
+    "spaces": space_added_tokens,
 }
 #: Mutations of the whole input (flags, chunk boundaries).
 INPUT_OPERATIONS: dict[str, Callable[[FuzzInput, random.Random], FuzzInput]] = {
     "split": split_marker,
     "cuts": move_cuts,
     "flags": flip_flags,
+    "spell": spell_marker,
 }
 OPERATIONS = tuple(TEXT_OPERATIONS) + tuple(INPUT_OPERATIONS)
 #: The operations that only move chunk boundaries: drawn only where a target replays them.
 CUT_OPERATIONS = ("split", "cuts")
-#: The operations for a target whose deliveries ignore the cut list.
-UNCUT_OPERATIONS = tuple(o for o in OPERATIONS if o not in CUT_OPERATIONS)
+#: The operations only a target that delivers token ids reads.
+TOKEN_OPERATIONS = ("spell",)
 #: Tries at a mutation the target has not run before the last one is given back anyway.
 ATTEMPTS = 8
 #: Inputs :class:`SeenInputs` remembers; past it the memory starts afresh, so a days-long run's
@@ -226,23 +249,37 @@ ATTEMPTS = 8
 SEEN_LIMIT = 1 << 20
 
 
-def observable(fuzz: FuzzInput, reads_cuts: bool = True) -> bytes:
+def observable(fuzz: FuzzInput, reads_cuts: bool = True, reads_tokens: bool = True) -> bytes:
     """What a target's parsers see of an input, as bytes: the flags that make the request, the
-    text and, where a delivery replays them (``reads_cuts``), the cut list."""
-    return FuzzInput(fuzz.text, fuzz.flags, fuzz.cuts if reads_cuts else None).encode()
+    text and, where a delivery replays them (``reads_cuts``), the cut list; where a delivery
+    sends token ids (``reads_tokens``), the flag that spells a marker."""
+    flags = fuzz.flags if reads_tokens else fuzz.flags & ~SPELLED
+    return FuzzInput(fuzz.text, flags, fuzz.cuts if reads_cuts else None).encode()
 
 
 class SeenInputs:
     """What the target read of every input it ran (:func:`observable`, as 8-byte digests):
     the mutators look for an input outside it, the findings table counts repeats by it."""
 
-    def __init__(self, reads_cuts: bool = True, limit: int = SEEN_LIMIT) -> None:
+    def __init__(
+        self, reads_cuts: bool = True, reads_tokens: bool = True, limit: int = SEEN_LIMIT
+    ) -> None:
         self.reads_cuts = reads_cuts
+        self.reads_tokens = reads_tokens
         self.limit = limit
         self._digests: set[bytes] = set()
 
+    @property
+    def operations(self) -> tuple[str, ...]:
+        """The operations that can change what the target reads."""
+        unread = (CUT_OPERATIONS if not self.reads_cuts else ()) + (
+            TOKEN_OPERATIONS if not self.reads_tokens else ()
+        )
+        return tuple(o for o in OPERATIONS if o not in unread)
+
     def digest(self, fuzz: FuzzInput) -> bytes:
-        return hashlib.blake2b(observable(fuzz, self.reads_cuts), digest_size=8).digest()
+        observed = observable(fuzz, self.reads_cuts, self.reads_tokens)
+        return hashlib.blake2b(observed, digest_size=8).digest()
 
     def fresh(self, data: bytes) -> bool:
         """A mutator's candidate (encoded) is one the target has not run."""
@@ -305,8 +342,7 @@ def mutate(
     does not hold (without ``seen``: one that differs from ``data`` in what a target reads),
     unless :data:`ATTEMPTS` tries in a row gave none."""
     parent = decode(data)
-    reads_cuts = seen is None or seen.reads_cuts
-    operations = OPERATIONS if reads_cuts else UNCUT_OPERATIONS
+    operations = OPERATIONS if seen is None else seen.operations
 
     def make(rng: random.Random) -> bytes:
         if libfuzzer_mutate is not None and rng.random() < 0.2:

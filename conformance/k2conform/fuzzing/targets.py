@@ -187,14 +187,21 @@ def differential_target(
         request = fuzz.request()
         expected = engine.oracle(request, fuzz.text)
         cuts = fuzz.split_points()
+        spelled = fuzz.spelled_markers()
         sampled = zlib.crc32(data) % REFERENCE_STREAM_SAMPLE == 0
         for mode in modes:
             observation = engine.observe(
-                request, fuzz.text, mode, cuts, expected=expected, check_reference_stream=False
+                request,
+                fuzz.text,
+                mode,
+                cuts,
+                expected=expected,
+                check_reference_stream=False,
+                spelled=spelled,
             )
             new = bool(observation.signature) and store.is_new(observation)
             if mode != "whole" and (new or sampled):
-                variants = engine.deliveries(fuzz.text, mode, cuts)
+                variants = engine.deliveries(fuzz.text, mode, cuts, spelled=spelled)
                 engine.verify_reference_stream(request, fuzz.text, variants, expected)
             if observation.signature:
                 store.record(request, fuzz.text, observation)
@@ -370,10 +377,11 @@ def main(name: str, argv: Sequence[str] | None = None) -> None:
         from k2conform.fuzzing.instrument import instrument_adapters
 
         instrument_adapters([create_adapter("reference")], atheris)
-        seen = SeenInputs()
+        seen = SeenInputs(reads_tokens=False)
         test_one_input = reference_target(seen)
         kwargs = mutators(seen)
     else:
+        from k2conform.delivery.modes import TEXT_LEVEL_MODES
         from k2conform.fuzzing.engine import CUT_MODES, DEFAULT_FUZZ_MODES, FUZZ_MODES, FindingStore
 
         modes = tuple(options.delivery or DEFAULT_FUZZ_MODES)
@@ -398,7 +406,10 @@ def main(name: str, argv: Sequence[str] | None = None) -> None:
             flush=True,
         )
         if name == "differential":
-            seen = SeenInputs(reads_cuts=any(mode in CUT_MODES for mode in modes))
+            seen = SeenInputs(
+                reads_cuts=any(mode in CUT_MODES for mode in modes),
+                reads_tokens=any(mode not in TEXT_LEVEL_MODES for mode in modes),
+            )
             test_one_input = differential_target(engine, modes, store, seen)
             kwargs = mutators(seen)
         else:

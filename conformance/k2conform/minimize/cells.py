@@ -45,8 +45,14 @@ class CellEngine:
         self.case_id = case_id  # the id candidates carry (after the verdict prefix)
 
     def case(
-        self, request: Request, text: str, cuts: Sequence[int] | None
+        self,
+        request: Request,
+        text: str,
+        cuts: Sequence[int] | None,
+        spelled: Sequence[int] = (),
     ) -> CompletionCase | None:
+        """``spelled``: markers written from ordinary token pieces (ignored with ``cuts``: a
+        text-level delivery sends no token ids)."""
         from k2conform.reference.parser import parse
 
         choice = request.tool_choice
@@ -54,20 +60,26 @@ class CellEngine:
             return None  # a named choice whose tool was removed: not a request a client sends
         try:
             reference = parse(text, request)
-            prefix = verdict(request, text, reference).prefix
+            spelled = tuple(spelled) if cuts is None else ()
+            prefix = verdict(request, text, reference, spelled=bool(spelled)).prefix
         except Exception:  # noqa: BLE001 - a candidate the reference cannot judge: not kept
             return None
         deltas = tuple(d.text for d in dl.cut(text, cuts)) if cuts is not None else None
         expected = Expectation(reference.content, reference.reasoning, reference.tool_calls)
         return CompletionCase(
             f"{prefix}_{self.case_id}", "candidate", (), "k2conform catalogue", request, text,
-            deltas, expected,
+            deltas, expected, spelled_markers=spelled,
         )  # fmt: skip
 
     def observe(
-        self, request: Request, text: str, mode: str, cuts: Sequence[int] | None = None
+        self,
+        request: Request,
+        text: str,
+        mode: str,
+        cuts: Sequence[int] | None = None,
+        spelled: Sequence[int] = (),
     ) -> Probe:
-        case = self.case(request, text, cuts)
+        case = self.case(request, text, cuts, spelled)
         if case is None:
             return Probe("")
         cell = run_cell(self.adapter, case, mode, self.settings, self.availability)

@@ -27,7 +27,7 @@ import re
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 from k2conform import markers as mk
 from k2conform.fuzzing.signature import matches
@@ -44,6 +44,8 @@ class Candidate:
     request: Request
     text: str
     cuts: tuple[int, ...] | None  # None: a token-aligned mode, boundaries come from the tokenizer
+    #: Markers delivered as ordinary token pieces (a token-aligned mode only).
+    spelled: tuple[int, ...] = ()
 
 
 def segments(text: str, split_text: bool, split_markers: bool) -> list[tuple[int, int]]:
@@ -84,7 +86,13 @@ def remove(candidate: Candidate, ranges: Sequence[tuple[int, int]]) -> Candidate
             shift = sum(b - a for a, b in gone if b <= c)
             moved.add(c - shift)
         cuts = tuple(sorted(c for c in moved if 0 < c < len(new_text)))
-    return Candidate(candidate.request, new_text, cuts)
+    spelled = []
+    for at in candidate.spelled:  # a spelled marker stays spelled while none of it is deleted
+        marker = _MARKER_RE.match(text, at)
+        end = marker.end() if marker else at + 1
+        if not any(a < end and at < b for a, b in gone):
+            spelled.append(at - sum(b - a for a, b in gone if b <= at))
+    return Candidate(candidate.request, new_text, cuts, tuple(spelled))
 
 
 def ddmin(
@@ -157,13 +165,16 @@ class Minimizer:
 
     def observe(self, candidate: Candidate) -> Any:
         mode = _run_mode(candidate, self.mode)
-        return self.engine.observe(candidate.request, candidate.text, mode, candidate.cuts)
+        return self.engine.observe(
+            candidate.request, candidate.text, mode, candidate.cuts, spelled=candidate.spelled
+        )
 
     def holds(self, candidate: Candidate) -> bool:
         key = (
             json.dumps(candidate.request.to_json(), sort_keys=True),
             candidate.text,
             candidate.cuts,
+            candidate.spelled,
         )
         if key not in self.cache:
             self.tests += 1
@@ -186,9 +197,19 @@ class Minimizer:
 # -- input ------------------------------------------------------------------------------------
 
 
-def read_input(path: Path) -> tuple[Request, str, tuple[str, ...] | None, str | None, str | None]:
-    """(request, model output, recorded deltas, delivery and signature named by the input) from
-    a case file, a JSON payload or a raw fuzz input."""
+class MinimizeInput(NamedTuple):
+    """What ``minimize`` reads of its input: the delivery and signature it names, if any."""
+
+    request: Request
+    text: str
+    deltas: tuple[str, ...] | None
+    delivery: str | None
+    signature: str | None
+    spelled: tuple[int, ...] = ()
+
+
+def read_input(path: Path) -> MinimizeInput:
+    """The input of ``minimize``: a case file, a JSON payload or a raw fuzz input."""
     from k2conform.errors import UsageError
 
     try:
@@ -209,18 +230,22 @@ def read_input(path: Path) -> tuple[Request, str, tuple[str, ...] | None, str | 
             if fuzz.cuts is not None
             else None
         )
-        return fuzz.request(), fuzz.text, pieces, "stream-recorded" if pieces else None, None
+        delivery = "stream-recorded" if pieces else None
+        return MinimizeInput(
+            fuzz.request(), fuzz.text, pieces, delivery, None, fuzz.spelled_markers()
+        )
     if data.get("kind") == "completion":
         from k2conform.case.corpus import case_from_json
 
         case = case_from_json(data)
         generator = case.generator or {}
-        return (
+        return MinimizeInput(
             case.request,
             case.model_output,
             case.deltas,
             generator.get("delivery"),
             generator.get("signature"),
+            case.spelled_markers,
         )
     if "model_output" not in data and "deltas" not in data:
         raise UsageError(f"{path}: neither a case file nor a payload with 'model_output'")
@@ -233,7 +258,7 @@ def read_input(path: Path) -> tuple[Request, str, tuple[str, ...] | None, str | 
         tool_choice=data.get("tool_choice", "auto"),
         thinking=bool(data.get("thinking", False)),
     )
-    return request, text, deltas, data.get("delivery"), data.get("signature")
+    return MinimizeInput(request, text, deltas, data.get("delivery"), data.get("signature"))
 
 
 class NoMatrixFinding(Exception):
@@ -250,7 +275,7 @@ class JudgedEngine:
     def __init__(self, engine: Any, cells: Mapping[str, Any], start: Candidate, mode: str) -> None:
         self.engine = engine
         self.cells = cells
-        probes = self._probes(start.request, start.text, _run_mode(start, mode), start.cuts)
+        probes = self._probes(start, _run_mode(start, mode))
         for name, probe in probes.items():
             if probe.case is None:
                 raise NoMatrixFinding(f"the reference parser cannot judge the input ({name})")
@@ -283,19 +308,30 @@ class JudgedEngine:
 
     def cells_of(self, candidate: Candidate, mode: str) -> dict[str, Any]:
         """Each held adapter's matrix cell of ``candidate``."""
-        run_mode = _run_mode(candidate, mode)
-        probes = self._probes(candidate.request, candidate.text, run_mode, candidate.cuts)
+        probes = self._probes(candidate, _run_mode(candidate, mode))
         return {name: probe.cell for name, probe in probes.items()}
 
-    def _probes(self, request: Request, text: str, mode: str, cuts: Any) -> dict[str, Any]:
-        return {name: cell.observe(request, text, mode, cuts) for name, cell in self.cells.items()}
+    def _probes(self, candidate: Candidate, mode: str) -> dict[str, Any]:
+        c = candidate
+        return {
+            name: cell.observe(c.request, c.text, mode, c.cuts, c.spelled)
+            for name, cell in self.cells.items()
+        }
 
     def observe(
-        self, request: Request, text: str, mode: str, cuts: Sequence[int] | None = None
+        self,
+        request: Request,
+        text: str,
+        mode: str,
+        cuts: Sequence[int] | None = None,
+        spelled: Sequence[int] = (),
     ) -> Any:
-        observation = self.engine.observe(request, text, mode, cuts)
+        observation = self.engine.observe(request, text, mode, cuts, spelled=spelled)
         if observation.signature:
-            for name, probe in self._probes(request, text, mode, cuts).items():
+            candidate = Candidate(
+                request, text, None if cuts is None else tuple(cuts), tuple(spelled)
+            )
+            for name, probe in self._probes(candidate, mode).items():
                 held = probe.case is not None and probe.case.id.startswith(self.prefix + "_")
                 if not held or probe.signature != self.want[name]:
                     return replace(observation, signature="")
@@ -314,6 +350,7 @@ def minimize_input(
     deltas: Sequence[str] | None = None,
     target_signature: str | None = None,
     judged: bool = True,
+    spelled: Sequence[int] = (),
 ) -> tuple[Any, Candidate, Candidate, Minimizer]:
     """(final observation, starting candidate, minimised candidate, minimiser).  ``judged``
     (the default) holds the matrix's judgement too (:class:`JudgedEngine`; the minimiser's
@@ -327,7 +364,7 @@ def minimize_input(
             deltas = first.deltas
         start = Candidate(request, text, cut_points(deltas or (text,)))
     else:
-        start = Candidate(request, text, None)
+        start = Candidate(request, text, None, tuple(spelled))
     probe = Minimizer(engine, mode, "")
     signature = target_signature or probe.observe(start).signature
     if not signature:
@@ -388,7 +425,7 @@ def cmd_minimize(args: argparse.Namespace) -> int:
     from k2conform.fuzzing.engine import FUZZ_MODES, Engine, finding_case, write_case_file
     from k2conform.model import dumps_canonical
 
-    request, text, deltas, named, named_signature = read_input(args.input)
+    request, text, deltas, named, named_signature, spelled = read_input(args.input)
     mode = args.delivery or named or ("stream-recorded" if deltas is not None else "whole")
     if mode not in FUZZ_MODES:
         raise UsageError(f"unknown delivery mode {mode!r}")
@@ -403,7 +440,14 @@ def cmd_minimize(args: argparse.Namespace) -> int:
     wanted = args.signature or named_signature
     try:
         observation, start, small, minimizer = minimize_input(
-            engine, request, text, mode, deltas, wanted, judged=not args.fuzz_kind_only
+            engine,
+            request,
+            text,
+            mode,
+            deltas,
+            wanted,
+            judged=not args.fuzz_kind_only,
+            spelled=spelled,
         )
     except NoMatrixFinding as why:
         print(f"k2conform minimize: {args.input}: {why}; nothing written", file=sys.stderr)
@@ -462,11 +506,12 @@ def _read_baseline(path: Path | None) -> Any:
 
 def _print_known(case: Any, cells: Mapping[str, Any], mode: str) -> None:
     """For each adapter held, the matrix's judgement and where the project already has it."""
+    from k2conform.fuzzing.engine import axis
     from k2conform.minimize.known import NEW, Judgement, Known
 
     known = Known.load()
     for name, cell in cells.items():
-        behaviour = Judgement.of(cell, mode)
+        behaviour = Judgement.of(cell, axis(mode, bool(case.spelled_markers)))
         where = known.lookup(case, behaviour)
         verdict = "known: " + "; ".join(where) if where else f"NEW: {NEW}"
         print(f"{behaviour} ({case.id[:1]}_ case): {verdict}")

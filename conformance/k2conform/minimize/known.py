@@ -16,7 +16,9 @@ then looked up (:meth:`Known.lookup`):
 The family of modes (:func:`k2conform.report.findings.family`: token-aligned, the one-shot
 parse among them, or text-level) stands for the mode as the report and the catalogue group
 behaviours: the catalogue keeps one example per behaviour and replays text-level chunks as
-recorded ones.
+recorded ones.  A case that spells markers from ordinary token pieces (``spelled_markers``) is
+a family apart (:func:`axis_family`): the same fields differing for another reason, the
+token ids, which only a spelled case (or a baseline entry of one) shows.
 
 A finding that none of them knows is *new*: the only kind worth a user's review.
 """
@@ -29,7 +31,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from k2conform.case.corpus import CATALOGUE, CompletionCase, default_corpus_dir, load_corpus
-from k2conform.fuzzing.engine import judge_finding, matrix_mode
+from k2conform.fuzzing.engine import axis, axis_mode, judge_finding, matrix_mode
 from k2conform.gate.baseline import BaselineEntry, load_baseline
 from k2conform.model import Cell
 from k2conform.report.findings import family
@@ -47,13 +49,23 @@ def default_baselines() -> list[Path]:
 
 
 def _request_key(case: CompletionCase) -> str:
-    return json.dumps([case.request.to_json(), case.model_output], sort_keys=True)
+    """The same request and output (and the same markers spelled: other token ids)."""
+    spelled = [list(case.spelled_markers)] if case.spelled_markers else []
+    return json.dumps([case.request.to_json(), case.model_output, *spelled], sort_keys=True)
+
+
+def axis_family(label: str) -> str:
+    """The report's family of modes of a mode or an :attr:`Observation.axis
+    <k2conform.fuzzing.engine.Observation.axis>`: markers spelled from ordinary token pieces are
+    a family apart (``token-aligned+spelled``), whose findings no unspelled case shows."""
+    mode = axis_mode(label)
+    return family(mode) + label[len(mode) :]
 
 
 @dataclass(frozen=True)
 class Judgement:
     """What the matrix makes of one finding (a cell of its case): adapter, outcome, fields, and
-    the fuzzer's delivery mode."""
+    the fuzzer's delivery mode (its axis: ``stream-token+spelled``)."""
 
     adapter: str
     outcome: str
@@ -72,7 +84,7 @@ class Judgement:
     def behaviour(self) -> tuple[str, str, tuple[str, ...], str]:
         """Adapter, outcome, fields and family of modes: two judgements with the same one are
         one behaviour (the report's grouping)."""
-        return (self.adapter, self.outcome, self.fields, family(self.mode))
+        return (self.adapter, self.outcome, self.fields, axis_family(self.mode))
 
 
 def catalogue_judgements(corpus: Path | None = None) -> list[tuple[str, Judgement]]:
@@ -87,7 +99,7 @@ def catalogue_judgements(corpus: Path | None = None) -> list[tuple[str, Judgemen
                 entry.adapter,
                 entry.finding["outcome"],
                 tuple(entry.finding["fields"]),
-                entry.finding["delivery"],
+                axis(entry.finding["delivery"], bool(entry.case.spelled_markers)),
             ),
         )
         for entry in (read_catalogue(folder) if folder.is_dir() else ())
@@ -99,6 +111,7 @@ class Known:
     """The corpus, the baselines and the catalogue, read once."""
 
     corpus: dict[str, str] = field(default_factory=dict)  # request+text → case id
+    spelled: set[str] = field(default_factory=set)  # ids of cases with spelled markers
     baselines: list[tuple[str, BaselineEntry]] = field(default_factory=list)
     catalogue: list[tuple[str, Judgement]] = field(default_factory=list)  # case id, behaviour
 
@@ -107,6 +120,8 @@ class Known:
         known = cls(catalogue=catalogue_judgements(corpus))
         for case in load_corpus(corpus or default_corpus_dir()).completions:
             known.corpus.setdefault(_request_key(case), case.id)
+            if case.spelled_markers:
+                known.spelled.add(case.id)
         paths = default_baselines() if baselines is None else list(baselines)
         for path in paths:
             known.baselines += [(path.name, e) for e in load_baseline(path).entries]
@@ -119,11 +134,13 @@ class Known:
         if same is not None and same != case.id:
             found.append(f"corpus: {same} is the same output")
         what = (behaviour.adapter, behaviour.outcome, behaviour.fields)
-        kind = family(behaviour.mode)
+        kind = axis_family(behaviour.mode)
         for name, entry in self.baselines:
-            if (entry.adapter, entry.outcome, entry.fields) == what and (
-                "*" in entry.deliveries or kind in map(family, entry.deliveries)
-            ):
+            spelled = any(entry.covers_case(c) for c in self.spelled)
+            kinds = {axis_family(axis(d, spelled)) for d in entry.deliveries if d != "*"}
+            if "*" in entry.deliveries:
+                kinds |= {axis_family(axis(m, spelled)) for m in ("whole", "stream-char")}
+            if (entry.adapter, entry.outcome, entry.fields) == what and kind in kinds:
                 more = " …" if len(entry.cases) > 3 else ""
                 found.append(f"baseline: {name}, the entry of {', '.join(entry.cases[:3])}{more}")
                 break
@@ -171,18 +188,19 @@ def judge_table(
     for row in rows:
         if not row.get("count") or not row.get("file"):
             continue
-        mode, _, component = row["key"].partition(" ")
+        label, _, component = row["key"].partition(" ")
         name = component.partition(":")[0]
         case = load_case(row["file"])
         if name not in adapters:
             adapters[name] = create_adapter(name)
             load(adapters[name])
+        mode = axis_mode(label)
         cell = judge_finding(case, adapters[name], mode, deadline)
         if not cell.outcome.finding:
             note = f"the {case.id[:1]}_ case is {cell.outcome.value} in {matrix_mode(case, mode)}"
             judged.append(JudgedFinding(row["key"], case.id, None, (), note))
             continue
-        behaviour = Judgement.of(cell, mode)
+        behaviour = Judgement.of(cell, label)
         judged.append(
             JudgedFinding(row["key"], case.id, behaviour, tuple(known.lookup(case, behaviour)))
         )

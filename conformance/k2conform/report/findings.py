@@ -237,6 +237,7 @@ def delivered_deltas(case: Mapping[str, Any], cell: Cell, seed: int) -> tuple[De
         recorded=case.get("deltas"),
         burst=_burst(cell.variant) or dl.DEFAULT_BURST,
         tool=dl.cutoff_tool([tool_name(t) for t in case.get("request", {}).get("tools", ())]),
+        spelled=case.get("spelled_markers", ()),
     )
     return next((v.deltas for v in variants if v.label in (cell.variant, mode)), None)
 

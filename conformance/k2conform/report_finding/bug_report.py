@@ -133,6 +133,7 @@ def cmd_report_finding(args: argparse.Namespace) -> int:
         recorded=case.deltas,
         burst=args.burst,
         tool=dl.cutoff_tool(case.request.tool_names),
+        spelled=case.spelled_markers,
     )
     variant = next((v for v in variants if v.label == cell.variant), variants[0])
 

@@ -122,6 +122,7 @@ def run_cell(
         recorded=case.deltas,
         burst=settings.burst,
         tool=dl.cutoff_tool(case.request.tool_names),
+        spelled=case.spelled_markers,
     )
     cache = whole_cache if whole_cache is not None else {}
     try:
@@ -166,6 +167,8 @@ def case_unfit(
         )
     if mode == "stream-recorded" and case.deltas is None:
         return "the case has no recorded deltas"
+    if case.spelled_markers and mode in dl.TEXT_LEVEL_MODES:
+        return "it spells markers from ordinary token ids, and a text-level mode sends no ids"
     return None
 
 
@@ -198,7 +201,9 @@ def _judged(
             cache[key] = execute(
                 adapter,
                 case.request,
-                dl.deliveries(case.model_output, "whole", _tokenizer(settings))[0],
+                dl.deliveries(
+                    case.model_output, "whole", _tokenizer(settings), spelled=case.spelled_markers
+                )[0],
             )
         whole = cache[key]
     judged = [judge_result(case, result, whole) for result in results]

@@ -51,6 +51,7 @@ def case_summary(case: CompletionCase) -> dict[str, Any]:
         "model_output": case.model_output,
         "deltas": list(case.deltas) if case.deltas else None,
         "expected": case.expected.to_json() if case.expected else None,
+        **({"spelled_markers": list(case.spelled_markers)} if case.spelled_markers else {}),
     }
 
 
