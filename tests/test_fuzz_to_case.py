@@ -202,3 +202,17 @@ def test_minimize_with_a_baseline_writes_todo_entries_the_gate_refuses(tmp_path,
     assert entries and all(e.reason == TODO and e.adapter == "vllm" for e in entries)
     assert all(e.cases == (written.stem,) for e in entries)
     assert len(unreviewed_entries(entries)) == len(entries)  # what the gate refuses
+
+
+def test_a_baseline_minimize_cannot_write_is_one_line_and_exit_2(tmp_path):
+    """The case is written, the baseline cannot be: a usage error that says both, no
+    traceback."""
+    from k2conform.errors import UsageError
+    from k2conform.gate.baseline import load_baseline
+    from k2conform.minimize.delta_debug import _add_baseline_entries
+
+    good = tmp_path / "baseline.json"
+    good.write_text(json.dumps({"adapters": [], "entries": []}))
+    case = type("Case", (), {"id": "i_fuzz_x"})()
+    with pytest.raises(UsageError, match="the case is written \\(i_fuzz_x\\), the baseline is"):
+        _add_baseline_entries(tmp_path, load_baseline(good), case)  # a folder: not writable

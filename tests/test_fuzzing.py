@@ -404,6 +404,18 @@ def test_classifier_on_hand_made_disagreements(observed, kinds):
     assert classify(expected, observed) == kinds
 
 
+def test_a_marker_that_starts_like_the_expected_text_is_no_duplicate_emission():
+    """``<|to`` is in every marker's text: a leaked section end after it is a leak, not the
+    content emitted twice (both seen from the fuzzer on 5 Dec 2026 before the markers were
+    left out of the count)."""
+    expected = Result(content="<|to", reasoning="I should read it.")
+    leaked = Result(content="<|to" + SE, reasoning="I should read it.")
+    assert classify(expected, leaked) == ("leaked-marker",)
+    twice = Result(content="<|to" + SE + "<|to", reasoning="I should read it.")
+    assert classify(expected, twice) == ("duplicate-emission", "leaked-marker")
+    assert classify(Result(content="ok"), Result(content="ok, ok")) == ("content-drift",)
+
+
 def test_signature_keeps_one_kind_per_adapter_in_adapter_order():
     sig = signature(
         {"sglang": ("dropped-call", "leaked-marker"), "vllm": ("wrong-name",), "x": ()},

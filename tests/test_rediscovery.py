@@ -113,6 +113,15 @@ def test_the_summary_counts_a_behaviour_only_within_the_budget():
     assert summary["behaviours"][b.name]["share_of_trials"] == pytest.approx(0.333)
     curve = summary["over_time"]
     assert curve["median_share"][0] == 0.0 and curve["median_share"][-1] == 0.5
+    # a seed input that shows the behaviour finds it at 0.0 CPU s: found, not missed
+    at_once = rd.summarise([a], [{"found": {a.name: 0.0}}], budget=10.0)
+    assert at_once["share_per_trial"] == [1.0] and at_once["over_time"]["median_share"][0] == 1.0
+    assert at_once["behaviours"][a.name]["median_cpu_seconds"] == 0.0
+    # a spelled finding is another family of modes: it rediscovers no unspelled behaviour
+    plain = {"key": "whole vllm:differs:content", "first_cpu": 1.0}
+    plain["cell"] = {"adapter": "vllm", "outcome": "differs", "fields": ["content"]}
+    assert a.shown_by(plain)
+    assert not a.shown_by({**plain, "key": "whole+spelled vllm:differs:content"})
 
 
 def test_the_kimi_configuration_instruments_only_the_parsers_own_files():

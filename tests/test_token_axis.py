@@ -242,3 +242,19 @@ def test_a_spelled_behaviour_is_new_where_only_unspelled_cases_show_its_fields()
                            outcome="differs", fields=("stream-invariant",)))
     )  # fmt: skip
     assert known.lookup(case, spelled)[0].startswith("baseline: b.json")
+
+
+def test_a_spelled_input_reports_only_what_the_spelling_changed(engine):
+    """A stray think closer makes vLLM's content differ from the reference whatever the token
+    ids (a finding of the text, which the unspelled input shows); spelling the section end,
+    which vLLM's stream does not miss, adds nothing, and the one-shot parse reads no ids."""
+    request = Request(tools=(TOOL,), thinking=True)
+    text = "a</think>b</think>" + TEXT
+    end = text.index(mk.SECTION_END)
+    assert engine.observe(request, text, "stream-token").signature
+    assert engine.observe(request, text, "stream-token", spelled=(end,)).signature == ""
+    assert (
+        engine.observe(request, text, "whole", spelled=(text.index(mk.CALL_BEGIN),)).signature == ""
+    )
+    spelled = engine.observe(request, text, "stream-token", spelled=(text.index(mk.CALL_BEGIN),))
+    assert spelled.signature == "vllm:dropped-call" and spelled.axis == "stream-token+spelled"

@@ -194,20 +194,29 @@ class Engine:
         """Every adapter's disagreement with ``expected`` (default: the reference's one-shot
         parse).
 
+        ``spelled`` markers (where the mode sends token ids): what the spelling changed, the
+        kinds of an adapter's result against its own result for the same delivery unspelled
+        (run only when the spelled one disagrees with ``expected``), so a disagreement the
+        text alone causes is the unspelled input's finding, never the spelled axis's.
+
         ``check_reference_stream``: when an adapter disagrees, the reference's own parse of
         the same deliveries must equal its one-shot parse (else the finding would be
         k2conform's: :class:`HarnessBug`); see :meth:`verify_reference_stream`."""
         if expected is None:
             expected = self.oracle(request, text)
-        variants = self.deliveries(text, mode, cuts, recorded, spelled)
+        spelling = delivered_spelling(text, mode, spelled)
+        variants = self.deliveries(text, mode, cuts, recorded, spelling)
+        plain = self.deliveries(text, mode, cuts, recorded) if spelling else variants
         kinds: dict[str, tuple[str, ...]] = {}
         results: dict[str, Result] = {}
         chosen: dl.Delivery | None = None
         for adapter in self.adapters:
             found: list[str] = []
-            for variant in variants:
+            for variant, unspelled in zip(variants, plain):
                 result = self.run(adapter, request, variant)
                 got = classify(expected, result)
+                if got and spelling:
+                    got = self._spelling_changed(adapter, request, unspelled, expected, result)
                 if got and not found:
                     results[adapter.name] = result
                     chosen = chosen or variant
@@ -220,8 +229,26 @@ class Engine:
             self.verify_reference_stream(request, text, variants, expected)
         chosen = chosen or variants[0]
         deltas = tuple(d.text for d in chosen.deltas) if mode in dl.TEXT_LEVEL_MODES else None
-        spelling = delivered_spelling(text, mode, spelled)
         return Observation(mode, expected, sig, kinds, results, deltas, chosen.label, spelling)
+
+    def _spelling_changed(
+        self,
+        adapter: Any,
+        request: Request,
+        unspelled: dl.Delivery,
+        expected: Result,
+        spelled: Result,
+    ) -> tuple[str, ...]:
+        """The kinds of ``spelled`` against the adapter's result for ``unspelled``: none when
+        the spelling changed nothing; against ``expected`` when the unspelled parse failed
+        and the spelled one did not fail the same way."""
+        plain = self.run(adapter, request, unspelled)
+        if plain.outcome != "ok":
+            return () if spelled.outcome == plain.outcome else classify(expected, spelled)
+        kinds = classify(plain, spelled)
+        if "broken-stream" in classify(expected, plain):  # the stream broke unspelled too
+            kinds = tuple(k for k in kinds if k != "broken-stream")
+        return kinds
 
     def verify_reference_stream(
         self, request: Request, text: str, variants: Sequence[dl.Delivery], expected: Result

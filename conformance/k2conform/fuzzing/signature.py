@@ -43,13 +43,19 @@ def _marker_counts(*texts: str | None) -> dict[str, int]:
 
 
 def twice(expected: str | None, observed: str | None) -> bool:
-    """Whether ``observed`` holds two copies of ``expected`` (of two characters or more: one
-    character is in most texts twice)."""
-    return (
-        bool(expected and observed)
-        and len(expected.strip()) >= 2
-        and (observed.count(expected) >= 2)
-    )
+    """Whether ``observed`` holds two copies of ``expected``, marker bytes left out of both
+    (a leaked marker is its own kind, and ``<|to`` is in every marker's text) and of three
+    characters or more (a shorter text is in most texts twice)."""
+    if not expected or not observed:
+        return False
+    wanted, seen = _without_markers(expected), _without_markers(observed)
+    return len(wanted.strip()) >= 3 and seen.count(wanted) >= 2
+
+
+def _without_markers(text: str) -> str:
+    for marker in LEAK_MARKERS:
+        text = text.replace(marker, "")
+    return text
 
 
 def classify(expected: Result, observed: Result) -> tuple[str, ...]:

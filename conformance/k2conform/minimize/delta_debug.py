@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 from dataclasses import dataclass, replace
@@ -484,7 +485,10 @@ def cmd_minimize(args: argparse.Namespace) -> int:
         sys.stdout.write(dumps_canonical(case.to_json()))
         return 0
     out = args.out or default_corpus_dir() / "findings"
-    path = write_case_file(case, out)
+    try:
+        path = write_case_file(case, out)
+    except OSError as error:
+        raise UsageError(f"cannot write the case to {out}: {error}") from None
     print(f"wrote {path}")
     if baseline is not None:
         _add_baseline_entries(args.baseline, baseline, case)
@@ -499,9 +503,12 @@ def _read_baseline(path: Path | None) -> Any:
     if path is None:
         return None
     try:
-        return load_baseline(path)
+        baseline = load_baseline(path)
     except CorpusError as error:
         raise UsageError(str(error)) from None
+    if not os.access(path, os.W_OK):
+        raise UsageError(f"{path}: not writable, and --baseline adds the case's entries to it")
+    return baseline
 
 
 def _print_known(case: Any, cells: Mapping[str, Any], mode: str) -> None:
@@ -524,6 +531,7 @@ def _add_baseline_entries(path: Path, baseline: Any, case: Any) -> None:
 
     from k2conform.adapter.registry import create_adapter, load
     from k2conform.delivery.modes import planned_modes
+    from k2conform.errors import UsageError
     from k2conform.gate.baseline import baseline_from_cells
     from k2conform.run.cell import CellSettings, run_cell
     from k2conform.run.matrix import plan
@@ -544,7 +552,13 @@ def _add_baseline_entries(path: Path, baseline: Any, case: Any) -> None:
             cells.append(run_cell(adapter, case, delivery, settings, availability))
             ran.add(name)
     document = baseline_from_cells(cells, baseline.entries, set(baseline.adapters))
-    path.write_text(json.dumps(document, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    try:
+        path.write_text(json.dumps(document, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    except OSError as error:
+        raise UsageError(
+            f"cannot write {path}: {error}; the case is written ({case.id}), the baseline is "
+            "unchanged: run minimize --baseline again or add its entries by hand"
+        ) from None
     failing = [c for c in cells if c.outcome.finding]
     print(
         f"{path}: {len(failing)} failing cell(s) of {case.id} over {', '.join(sorted(ran))} "
