@@ -414,6 +414,11 @@ def test_a_marker_that_starts_like_the_expected_text_is_no_duplicate_emission():
     twice = Result(content="<|to" + SE + "<|to", reasoning="I should read it.")
     assert classify(expected, twice) == ("duplicate-emission", "leaked-marker")
     assert classify(Result(content="ok"), Result(content="ok, ok")) == ("content-drift",)
+    # the output says it twice: a parser that keeps both copies drifts, it emits nothing twice
+    output = f"all{TB}all</think>{TE}"
+    kept = Result(content=TE, reasoning=f"all{TB}all")
+    assert "duplicate-emission" not in classify(Result(reasoning="all"), kept, output)
+    assert "duplicate-emission" in classify(Result(reasoning="all"), kept)  # output unknown
 
 
 def test_signature_keeps_one_kind_per_adapter_in_adapter_order():

@@ -214,7 +214,7 @@ class Engine:
             found: list[str] = []
             for variant, unspelled in zip(variants, plain):
                 result = self.run(adapter, request, variant)
-                got = classify(expected, result)
+                got = classify(expected, result, text)
                 if got and spelling:
                     got = self._spelling_changed(adapter, request, unspelled, expected, result)
                 if got and not found:
@@ -243,10 +243,11 @@ class Engine:
         the spelling changed nothing; against ``expected`` when the unspelled parse failed
         and the spelled one did not fail the same way."""
         plain = self.run(adapter, request, unspelled)
+        text = "".join(d.text for d in unspelled.deltas)
         if plain.outcome != "ok":
-            return () if spelled.outcome == plain.outcome else classify(expected, spelled)
-        kinds = classify(plain, spelled)
-        if "broken-stream" in classify(expected, plain):  # the stream broke unspelled too
+            return () if spelled.outcome == plain.outcome else classify(expected, spelled, text)
+        kinds = classify(plain, spelled, text)
+        if "broken-stream" in classify(expected, plain, text):  # the stream broke unspelled too
             kinds = tuple(k for k in kinds if k != "broken-stream")
         return kinds
 

@@ -42,14 +42,17 @@ def _marker_counts(*texts: str | None) -> dict[str, int]:
     return {m: joined.count(m) for m in LEAK_MARKERS}
 
 
-def twice(expected: str | None, observed: str | None) -> bool:
-    """Whether ``observed`` holds two copies of ``expected``, marker bytes left out of both
-    (a leaked marker is its own kind, and ``<|to`` is in every marker's text) and of three
-    characters or more (a shorter text is in most texts twice)."""
+def twice(expected: str | None, observed: str | None, output: str | None = None) -> bool:
+    """Whether ``observed`` holds ``expected`` twice or more, and more often than the model
+    ``output`` does (an output that says it twice is parsed, not emitted, twice); marker bytes
+    are left out of all three (a leaked marker is its own kind, and ``<|to`` is in every
+    marker's text), and ``expected`` must have three characters or more (a shorter text is in
+    most texts twice)."""
     if not expected or not observed:
         return False
     wanted, seen = _without_markers(expected), _without_markers(observed)
-    return len(wanted.strip()) >= 3 and seen.count(wanted) >= 2
+    written = _without_markers(output).count(wanted) if output is not None else 1
+    return len(wanted.strip()) >= 3 and seen.count(wanted) >= max(2, written + 1)
 
 
 def _without_markers(text: str) -> str:
@@ -58,8 +61,9 @@ def _without_markers(text: str) -> str:
     return text
 
 
-def classify(expected: Result, observed: Result) -> tuple[str, ...]:
-    """The kinds of disagreement of ``observed`` with ``expected`` (empty: they agree).
+def classify(expected: Result, observed: Result, output: str | None = None) -> tuple[str, ...]:
+    """The kinds of disagreement of ``observed`` with ``expected`` (empty: they agree);
+    ``output``: the model output both came from, when known (:func:`twice`).
 
     Ids are not compared (SGLang rebuilds them, vLLM may mint them: the matrix judges ids).
     """
@@ -79,9 +83,11 @@ def classify(expected: Result, observed: Result) -> tuple[str, ...]:
                 kinds.add("wrong-name")
             if compare_arguments(e.arguments, o.arguments):
                 kinds.add("wrong-arguments")
-                if twice(e.arguments, o.arguments):
+                if twice(e.arguments, o.arguments, output):
                     kinds.add("duplicate-emission")
-    if twice(expected.content, observed.content) or twice(expected.reasoning, observed.reasoning):
+    if twice(expected.content, observed.content, output) or twice(
+        expected.reasoning, observed.reasoning, output
+    ):
         kinds.add("duplicate-emission")
     e_markers = _marker_counts(expected.content, expected.reasoning)
     o_markers = _marker_counts(observed.content, observed.reasoning)
