@@ -27,7 +27,10 @@ from k2conform import markers as mk
 from k2conform.model import Request, Result, StreamEvent, ToolCall, ToolCallDelta, tool_name
 
 
-class State(enum.Enum):
+class State(str, enum.Enum):
+    """The scanner's state.  A ``str`` enum: the per-state tables are looked up on every
+    marker, and ``Enum.__hash__`` is a Python call where ``str``'s is not."""
+
     THINK = "think"
     TEXT = "text"
     SECTION = "section"
@@ -81,6 +84,29 @@ _STATE_MARKERS: dict[State, tuple[str, ...]] = {
 _STATE_MARKER_START: dict[State, re.Pattern[str]] = {
     state: re.compile("<(?:(?=[" + re.escape("".join(sorted({m[1] for m in markers}))) + r"])|\Z)")
     for state, markers in _STATE_MARKERS.items()
+}
+
+
+@dataclass(frozen=True)
+class _Markers:
+    """One state's markers as :func:`_marker_at` reads them: the first that matches in the
+    state's order, and every proper prefix of one (text that may still grow into one)."""
+
+    first: re.Pattern[str]
+    prefixes: frozenset[str]
+    longest: int
+
+    @classmethod
+    def of(cls, markers: Sequence[str]) -> _Markers:
+        return cls(
+            re.compile("|".join(re.escape(m) for m in markers)),
+            frozenset(m[:k] for m in markers for k in range(1, len(m))),
+            max(map(len, markers)),
+        )
+
+
+_STATE_MARKER_TABLES: dict[State, _Markers] = {
+    state: _Markers.of(markers) for state, markers in _STATE_MARKERS.items()
 }
 #: Markers that end the arguments; inside a JSON string they are literal (ARGS.marker-in-string).
 _ARGS_TERMINATORS = frozenset((mk.CALL_END, mk.CALL_BEGIN, *_SECTION_ENDS, mk.IM_END))
@@ -241,7 +267,7 @@ class ReferenceParser:
             i = found.start()
             if i > pos:
                 self._text(data[pos:i])
-            marker, need_more = _marker_at(data, i, _STATE_MARKERS[self._state], final)
+            marker, need_more = _marker_at(data, i, _STATE_MARKER_TABLES[self._state], final)
             if need_more:
                 self._pending = data[i:]
                 return
@@ -288,7 +314,7 @@ class ReferenceParser:
                 self._commit_held()
             self._in_string = not self._in_string
             return i + 1
-        marker, need_more = _marker_at(data, i, _STATE_MARKERS[State.ARGS], final)
+        marker, need_more = _marker_at(data, i, _STATE_MARKER_TABLES[State.ARGS], final)
         if need_more:
             self._args_text(data[pos:i])
             self._pending = data[i:]
@@ -589,16 +615,14 @@ def events_to_stream_event(events: Sequence[tuple]) -> StreamEvent | None:
     )
 
 
-def _marker_at(data: str, i: int, markers: Iterable[str], final: bool) -> tuple[str | None, bool]:
+def _marker_at(data: str, i: int, markers: _Markers, final: bool) -> tuple[str | None, bool]:
     """The marker starting at ``data[i]``; or whether the text there may still become one."""
-    rest = len(data) - i
-    may_grow = False
-    for marker in markers:
-        if data.startswith(marker, i):
-            return marker, False
-        if not final and rest < len(marker) and marker.startswith(data[i:]):
-            may_grow = True
-    return None, may_grow
+    found = markers.first.match(data, i)
+    if found is not None:
+        return found.group(), False
+    if final or len(data) - i >= markers.longest:
+        return None, False
+    return None, data[i:] in markers.prefixes
 
 
 def _dotted_suffixes(name: str) -> Iterable[str]:
