@@ -108,6 +108,8 @@ class _Markers:
 _STATE_MARKER_TABLES: dict[State, _Markers] = {
     state: _Markers.of(markers) for state, markers in _STATE_MARKERS.items()
 }
+#: The markers the arguments state meets without firing STRUCT.missing-call-end.
+_CLOSE_OR_KEEP_ARGS = frozenset((mk.CALL_END, mk.ARGUMENT_BEGIN, *_SECTION_BEGINS))
 #: Markers that end the arguments; inside a JSON string they are literal (ARGS.marker-in-string).
 _ARGS_TERMINATORS = frozenset((mk.CALL_END, mk.CALL_BEGIN, *_SECTION_ENDS, mk.IM_END))
 
@@ -413,11 +415,7 @@ class ReferenceParser:
             if marker == mk.CALL_BEGIN:
                 self._begin_header()
             return
-        if (
-            state is State.ARGS
-            and marker != mk.CALL_END
-            and marker not in _SECTION_BEGINS + (mk.ARGUMENT_BEGIN,)
-        ):
+        if state is State.ARGS and marker not in _CLOSE_OR_KEEP_ARGS:
             self._fire("STRUCT.missing-call-end")
         if marker == mk.CALL_BEGIN:
             self._end_call()
