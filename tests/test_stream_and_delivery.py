@@ -268,3 +268,16 @@ def test_holdback_is_taken_only_where_the_server_holds_text_back_and_only_when_a
     assert "stream-holdback" not in dl.planned_modes(reference)
     assert "stream-holdback" in dl.planned_modes(reference, ("stream-holdback",))
     assert "stream-holdback" not in dl.planned_modes(sglang, ("stream-holdback",))
+
+
+def test_a_burst_cells_variant_reads_back_its_tokens_per_delta():
+    """The report and the catalogue derive a burst cell's deltas again from its variant label:
+    one writer (``burst_variant``), one reader (``burst_of``), the same number back."""
+    from k2conform.delivery import modes as dl
+    from k2conform.delivery.tokenizer import load_tokenizer
+
+    (delivery,) = deliveries("<think>a</think>b", "stream-burst", load_tokenizer(), burst=3)
+    assert dl.burst_of(delivery.label) == 3 and delivery.label == "stream-burst[k=3]"
+    for other in ("stream-token", "stream-burst[k=]", "stream-burst[k=3", None, ""):
+        assert dl.burst_of(other) is None
+    assert [m.name for m in dl.MODES.values() if not m.streaming] == ["whole", "server-whole"]

@@ -145,13 +145,6 @@ class Built:
     finding: dict[str, Any] = field(default_factory=dict)
 
 
-def _burst(variant: str) -> int:
-    import re
-
-    found = re.fullmatch(r"stream-burst\[k=(\d+)\]", variant or "")
-    return int(found.group(1)) if found else dl.DEFAULT_BURST
-
-
 def _digest(*parts: Any) -> str:
     return hashlib.sha256(json.dumps(parts, ensure_ascii=False).encode()).hexdigest()[:8]
 
@@ -175,7 +168,9 @@ def build_one(
     """Minimise the behaviour's example and write its catalogue case (no report yet)."""
     example = behaviour.example(summaries)
     mode = example.delivery
-    settings = CellSettings(seed=seed, burst=_burst(example.variant), deadline=timeout)
+    settings = CellSettings(
+        seed=seed, burst=dl.burst_of(example.variant) or dl.DEFAULT_BURST, deadline=timeout
+    )
     target = (example.outcome.value, tuple(example.fields))
     now = run_cell(adapter, source, mode, settings, availability)
     if (now.outcome.value, tuple(now.fields)) != target:

@@ -25,51 +25,109 @@ from k2conform.model import Delta
 if TYPE_CHECKING:  # the contract names the delivery modes: typing only, no import cycle
     from k2conform.adapter.contract import Adapter
 
-MODES: dict[str, str] = {
-    "whole": "the complete output, through the one-shot API",
-    "stream-token": "one token per delta, as an engine streams it",
-    "stream-burst": "BURST tokens per delta (default 4), as speculative decoding streams it",
-    "stream-after-cutoff": "one token per delta, right after another stream through the same "
-    "adapter was cut off inside a call's arguments (nothing one request leaves behind may reach "
-    "the next)",
-    "stream-holdback": "one token per delta, its text held back 11 characters (variants: 32; "
-    "11 with 3 tokens a step, as speculative decoding) until later tokens or the end-of-turn "
-    "token's output release it, as vLLM's detokenizer streams a request with stop strings: a "
-    "marker's id can arrive before its text",
-    "stream-char": "one character per delta (text-level, no token ids)",
-    "stream-marker-split": "9 streams that together cut every marker at every inner offset; text "
-    "between markers in one delta (text-level)",
-    "stream-random": "seeded random cut points; the seed is recorded with the result (text-level)",
-    "stream-recorded": "the case's own recorded deltas, only cases that have them (text-level)",
-    "server-whole": "the output's token ids forced through a real server, reply not streamed "
-    "(server adapters only)",
-    "server-stream": "the output's token ids forced through a real server, reply streamed over SSE "
-    "(server adapters only)",
+
+@dataclass(frozen=True)
+class Mode:
+    """One delivery mode: what it sends, and when a run plans it."""
+
+    name: str
+    description: str
+    #: Each delta carries its token ids and no marker token is split (else: the text cut
+    #: anywhere, no ids, as a text replay or a proxy sends it).
+    token_aligned: bool
+    #: Only a server adapter takes it (the server tokenizes, detokenizes and streams).
+    server: bool = False
+    #: A run makes it only when asked (``--delivery``, or ``--opt-in`` beside the planned ones).
+    opt_in: bool = False
+    #: A run that names no mode plans it (``stream-recorded`` only replays cases that recorded
+    #: deltas, and is asked for).
+    default: bool = True
+
+    @property
+    def streaming(self) -> bool:
+        return self.name not in ("whole", "server-whole")
+
+
+MODES: dict[str, Mode] = {
+    mode.name: mode
+    for mode in (
+        Mode("whole", "the complete output, through the one-shot API", True),
+        Mode("stream-token", "one token per delta, as an engine streams it", True),
+        Mode(
+            "stream-burst",
+            "BURST tokens per delta (default 4), as speculative decoding streams it",
+            True,
+        ),
+        Mode(
+            "stream-after-cutoff",
+            "one token per delta, right after another stream through the same adapter was cut "
+            "off inside a call's arguments (nothing one request leaves behind may reach the next)",
+            True,
+            opt_in=True,
+            default=False,
+        ),
+        Mode(
+            "stream-holdback",
+            "one token per delta, its text held back 11 characters (variants: 32; 11 with 3 "
+            "tokens a step, as speculative decoding) until later tokens or the end-of-turn "
+            "token's output release it, as vLLM's detokenizer streams a request with stop "
+            "strings: a marker's id can arrive before its text",
+            True,
+            opt_in=True,
+            default=False,
+        ),
+        Mode("stream-char", "one character per delta (text-level, no token ids)", False),
+        Mode(
+            "stream-marker-split",
+            "9 streams that together cut every marker at every inner offset; text between "
+            "markers in one delta (text-level)",
+            False,
+        ),
+        Mode(
+            "stream-random",
+            "seeded random cut points; the seed is recorded with the result (text-level)",
+            False,
+        ),
+        Mode(
+            "stream-recorded",
+            "the case's own recorded deltas, only cases that have them (text-level)",
+            False,
+            default=False,
+        ),
+        Mode(
+            "server-whole",
+            "the output's token ids forced through a real server, reply not streamed (server "
+            "adapters only)",
+            True,
+            server=True,
+            default=False,
+        ),
+        Mode(
+            "server-stream",
+            "the output's token ids forced through a real server, reply streamed over SSE "
+            "(server adapters only)",
+            True,
+            server=True,
+            default=False,
+        ),
+    )
 }
 #: Modes only a server adapter (one with ``delivery_modes``) takes: the server tokenizes,
 #: detokenizes and streams by itself, so the delta is the whole script of token ids.
-SERVER_MODES = ("server-whole", "server-stream")
+SERVER_MODES = tuple(name for name, mode in MODES.items() if mode.server)
 #: Not a delivery mode: the column ``k2conform grammar`` adds (an engine's own grammar against its
 #: own parser, docs/grammar.md).  What its grammar admits reaches the parser token-aligned.
 GRAMMAR_MODE = "grammar"
 TOKEN_ALIGNED_MODES = (
-    "whole",
-    "stream-token",
-    "stream-burst",
-    "stream-after-cutoff",
-    "stream-holdback",
-    *SERVER_MODES,
+    *(name for name, mode in MODES.items() if mode.token_aligned),
     GRAMMAR_MODE,
 )
 #: Deliveries that cut the text without regard to tokens, as a text replay or a proxy does.
-TEXT_LEVEL_MODES = tuple(m for m in MODES if m not in TOKEN_ALIGNED_MODES)
-#: Modes a run makes only when asked (``--delivery``, or ``--opt-in`` beside the planned ones):
+TEXT_LEVEL_MODES = tuple(name for name, mode in MODES.items() if not mode.token_aligned)
 #: ``stream-after-cutoff`` is known to equal ``stream-token`` cell for cell, and the release
 #: lanes' baselines were reviewed without ``stream-holdback`` (docs/cli.md, Delivery modes).
-OPT_IN_MODES = ("stream-after-cutoff", "stream-holdback")
-DEFAULT_MODES = tuple(
-    m for m in MODES if m not in ("stream-recorded", *OPT_IN_MODES, *SERVER_MODES)
-)
+OPT_IN_MODES = tuple(name for name, mode in MODES.items() if mode.opt_in)
+DEFAULT_MODES = tuple(name for name, mode in MODES.items() if mode.default)
 
 
 def adapter_modes(adapter: Adapter) -> tuple[str, ...]:
@@ -133,7 +191,7 @@ class Delivery:
 
     @property
     def streaming(self) -> bool:
-        return self.mode not in ("whole", "server-whole")
+        return MODES[self.mode].streaming
 
 
 def engine_output(text: str) -> str:
@@ -185,7 +243,7 @@ def deliveries(
     if mode == "stream-burst":
         groups = [spans[k : k + burst] for k in range(0, len(spans), burst)]
         deltas = tuple(Delta("".join(p for _, p in g), tuple(i for i, _ in g)) for g in groups)
-        return [Delivery(mode, deltas, variant=f"k={burst}")]
+        return [Delivery(mode, deltas, variant=burst_variant(burst))]
     if mode == "stream-char":
         return [Delivery(mode, cut(text, range(1, len(text))))]
     if mode == "stream-random":
@@ -220,6 +278,21 @@ def _per_token(spans: list[tuple[int, str]]) -> tuple[Delta, ...]:
 def holdback_variant(lag: int, step: int) -> str:
     """A ``stream-holdback`` variant's label."""
     return f"stop buffer={lag}" + (f", {step} tokens a step" if step > 1 else "")
+
+
+def burst_variant(burst: int) -> str:
+    """A ``stream-burst`` variant's label."""
+    return f"k={burst}"
+
+
+def burst_of(label: str | None) -> int | None:
+    """The tokens per delta of a ``stream-burst`` cell (its ``variant``, the delivery's
+    :attr:`Delivery.label`), None for another mode: the one reader of :func:`burst_variant`."""
+    prefix = "stream-burst[k="
+    if not label or not label.startswith(prefix) or not label.endswith("]"):
+        return None
+    digits = label[len(prefix) : -1]
+    return int(digits) if digits.isdigit() else None
 
 
 def _held_back(spans: list[tuple[int, str]], holdback: int, step: int) -> tuple[Delta, ...]:

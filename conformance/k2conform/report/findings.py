@@ -11,7 +11,6 @@ engine's token stream.
 
 from __future__ import annotations
 
-import re
 import shlex
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -189,7 +188,7 @@ def repro_command(cell: Cell, seed: int) -> str:
     ]
     if cell.delivery == "stream-random" and seed != dl.DEFAULT_SEED:
         words += ["--seed", str(seed)]
-    burst = _burst(cell.variant)
+    burst = dl.burst_of(cell.variant)
     if burst is not None and burst != dl.DEFAULT_BURST:
         words += ["--burst", str(burst)]
     # the report and its standalone script as files (CASE.md, CASE.py), not 500 lines on stdout
@@ -214,11 +213,6 @@ def script_cannot_show(cell: Cell) -> str | None:
     return None
 
 
-def _burst(variant: str) -> int | None:
-    found = re.fullmatch(r"stream-burst\[k=(\d+)\]", variant)
-    return int(found.group(1)) if found else None
-
-
 def delivered_deltas(case: Mapping[str, Any], cell: Cell, seed: int) -> tuple[Delta, ...] | None:
     """The deltas the cell's reported variant received, derived again from the model output
     with the stand-in tokenizer; None for a one-shot mode, or when they cannot be derived
@@ -235,7 +229,7 @@ def delivered_deltas(case: Mapping[str, Any], cell: Cell, seed: int) -> tuple[De
         load_tokenizer(None),
         seed=dl.case_seed(seed, cell.case),
         recorded=case.get("deltas"),
-        burst=_burst(cell.variant) or dl.DEFAULT_BURST,
+        burst=dl.burst_of(cell.variant) or dl.DEFAULT_BURST,
         tool=dl.cutoff_tool([tool_name(t) for t in case.get("request", {}).get("tools", ())]),
         spelled=case.get("spelled_markers", ()),
     )
