@@ -207,6 +207,7 @@ class Engine:
         spelling = delivered_spelling(text, mode, spelled)
         variants = self.deliveries(text, mode, cuts, recorded, spelling)
         plain = self.deliveries(text, mode, cuts, recorded) if spelling else variants
+        output = dl.engine_output(text)  # what the adapters are handed (twice: duplicates)
         kinds: dict[str, tuple[str, ...]] = {}
         results: dict[str, Result] = {}
         chosen: dl.Delivery | None = None
@@ -214,7 +215,7 @@ class Engine:
             found: list[str] = []
             for variant, unspelled in zip(variants, plain):
                 result = self.run(adapter, request, variant)
-                got = classify(expected, result, text)
+                got = classify(expected, result, output)
                 if got and spelling:
                     got = self._spelling_changed(adapter, request, unspelled, expected, result)
                 if got and not found:
@@ -243,7 +244,7 @@ class Engine:
         the spelling changed nothing; against ``expected`` when the unspelled parse failed
         and the spelled one did not fail the same way."""
         plain = self.run(adapter, request, unspelled)
-        text = "".join(d.text for d in unspelled.deltas)
+        text = "".join(d.text for d in unspelled.deltas)  # the output up to the end of turn
         if plain.outcome != "ok":
             return () if spelled.outcome == plain.outcome else classify(expected, spelled, text)
         kinds = classify(plain, spelled, text)
