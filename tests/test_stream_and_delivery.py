@@ -280,4 +280,6 @@ def test_a_burst_cells_variant_reads_back_its_tokens_per_delta():
     assert dl.burst_of(delivery.label) == 3 and delivery.label == "stream-burst[k=3]"
     for other in ("stream-token", "stream-burst[k=]", "stream-burst[k=3", None, ""):
         assert dl.burst_of(other) is None
-    assert [m.name for m in dl.MODES.values() if not m.streaming] == ["whole", "server-whole"]
+    assert dl.ONE_SHOT_MODES == ("whole", "server-whole")
+    assert dl.Delivery("stream-4char", ()).streaming  # the benchmark's own delivery
+    assert not dl.Delivery("whole", ()).streaming

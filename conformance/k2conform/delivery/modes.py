@@ -128,6 +128,8 @@ TEXT_LEVEL_MODES = tuple(name for name, mode in MODES.items() if not mode.token_
 #: lanes' baselines were reviewed without ``stream-holdback`` (docs/cli.md, Delivery modes).
 OPT_IN_MODES = tuple(name for name, mode in MODES.items() if mode.opt_in)
 DEFAULT_MODES = tuple(name for name, mode in MODES.items() if mode.default)
+#: The modes that hand over the whole output at once, through the one-shot API.
+ONE_SHOT_MODES = tuple(name for name, mode in MODES.items() if not mode.streaming)
 
 
 def adapter_modes(adapter: Adapter) -> tuple[str, ...]:
@@ -191,7 +193,9 @@ class Delivery:
 
     @property
     def streaming(self) -> bool:
-        return MODES[self.mode].streaming
+        """Whether the deltas go to the streaming API (the benchmark's own deliveries, such as
+        ``stream-4char``, are streams too)."""
+        return self.mode not in ONE_SHOT_MODES
 
 
 def engine_output(text: str) -> str:
