@@ -217,7 +217,9 @@ class Engine:
                 result = self.run(adapter, request, variant)
                 got = classify(expected, result, output)
                 if got and spelling:
-                    got = self._spelling_changed(adapter, request, unspelled, expected, result)
+                    got = self._spelling_changed(
+                        adapter, request, unspelled, expected, result, output
+                    )
                 if got and not found:
                     results[adapter.name] = result
                     chosen = chosen or variant
@@ -239,16 +241,17 @@ class Engine:
         unspelled: dl.Delivery,
         expected: Result,
         spelled: Result,
+        output: str,
     ) -> tuple[str, ...]:
         """The kinds of ``spelled`` against the adapter's result for ``unspelled``: none when
         the spelling changed nothing; against ``expected`` when the unspelled parse failed
-        and the spelled one did not fail the same way."""
+        and the spelled one did not fail the same way (``output``: what the adapters are
+        handed, for duplicate emission)."""
         plain = self.run(adapter, request, unspelled)
-        text = "".join(d.text for d in unspelled.deltas)  # the output up to the end of turn
         if plain.outcome != "ok":
-            return () if spelled.outcome == plain.outcome else classify(expected, spelled, text)
-        kinds = classify(plain, spelled, text)
-        if "broken-stream" in classify(expected, plain, text):  # the stream broke unspelled too
+            return () if spelled.outcome == plain.outcome else classify(expected, spelled, output)
+        kinds = classify(plain, spelled, output)
+        if "broken-stream" in classify(expected, plain, output):  # the stream broke unspelled too
             kinds = tuple(k for k in kinds if k != "broken-stream")
         return kinds
 

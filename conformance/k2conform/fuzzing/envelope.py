@@ -11,9 +11,9 @@ pieces instead of its special token (the token axis: :meth:`FuzzInput.spelled_ma
 ``TEXT`` is the model output; bytes that are not UTF-8 decode as U+FFFD, so every input is
 a valid string.  0xFF never occurs in UTF-8, so it separates the optional cut list: a
 ``GAP`` byte below 255 puts the next cut ``GAP + 1`` characters on, 255 moves 255
-characters on without a cut.  Without a cut list
-:data:`SAMPLED_CUTS` cut points are drawn from a hash of the input, so every input still
-carries a split and replays with the same one.  A few cuts per input, not one every few
+characters on without a cut.  Without a cut list :data:`SAMPLED_CUTS` cut points are drawn
+from a hash of the input, so every input still carries a split and replays with the same
+one.  A few cuts per input, not one every few
 characters: a stream's cost grows with its deltas, and libFuzzer moves the cuts itself (the
 mutator's ``split`` and ``cuts``); every split point of every corpus case is checked in the
 test suite (``tests/test_reference_parser.py``) and by the matrix's ``stream-char`` mode.

@@ -134,13 +134,15 @@ class Known:
         if same is not None and same != case.id:
             found.append(f"corpus: {same} is the same output")
         what = (behaviour.adapter, behaviour.outcome, behaviour.fields)
-        kind = axis_family(behaviour.mode)
+        mode = axis_mode(behaviour.mode)
+        spelled = mode != behaviour.mode
         for name, entry in self.baselines:
-            spelled = any(entry.covers_case(c) for c in self.spelled)
-            kinds = {axis_family(axis(d, spelled)) for d in entry.deliveries if d != "*"}
-            if "*" in entry.deliveries:
-                kinds |= {axis_family(axis(m, spelled)) for m in ("whole", "stream-char")}
-            if (entry.adapter, entry.outcome, entry.fields) == what and kind in kinds:
+            if (entry.adapter, entry.outcome, entry.fields) != what:
+                continue
+            # an entry knows the spelled axis exactly when it covers a spelled case
+            if any(entry.covers_case(c) for c in self.spelled) != spelled:
+                continue
+            if "*" in entry.deliveries or family(mode) in map(family, entry.deliveries):
                 more = " …" if len(entry.cases) > 3 else ""
                 found.append(f"baseline: {name}, the entry of {', '.join(entry.cases[:3])}{more}")
                 break
