@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Sequence
-
-from k2conform.adapter.contract import Adapter, call_parser
+from k2conform.adapter.contract import Adapter, StreamStep, call_parser
 from k2conform.model import Delta, Request, Result, StreamEvent
+from k2conform.k3.parser import K3Parser
 from k2conform.reference.parser import ReferenceParser, parse
 
 
@@ -24,15 +23,17 @@ class ReferenceAdapter(Adapter):
     def parse_whole(self, request: Request, output: Delta) -> Result:
         return call_parser(parse, output.text, request)
 
-    def parse_stream(self, request: Request, deltas: Sequence[Delta]) -> list[StreamEvent]:
-        parser = ReferenceParser(request)
-        return call_parser(_feed_all, parser, deltas)
+    def open_stream(self, request: Request) -> StreamStep:
+        return stepper(ReferenceParser(request))
 
 
-def _feed_all(parser: ReferenceParser, deltas: Sequence[Delta]) -> list[StreamEvent]:
-    """Every delta, then the end of the stream; the events sent (one parser call, not one per
-    delta)."""
-    feed = parser.feed
-    events = [feed(delta.text) for delta in deltas]
-    events.append(parser.finish())
-    return [event for event in events if event is not None]
+def stepper(parser: ReferenceParser | K3Parser) -> StreamStep:
+    """Feed a reference parser (K2's or K3's) one delta; the finishing one also ends the stream."""
+    feed, finish = parser.feed, parser.finish
+
+    def step(delta: Delta, finished: bool) -> list[StreamEvent]:
+        event = call_parser(feed, delta.text)
+        end = call_parser(finish) if finished else None
+        return [e for e in (event, end) if e is not None]
+
+    return step

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-from k2conform.adapter.contract import Adapter, call_parser
+from k2conform.adapter.contract import Adapter, StreamStep, call_parser
 from k2conform.k3 import markers as k3
 from k2conform.k3.parser import K3Parser, parse
-from k2conform.model import Delta, Request, Result, StreamEvent
+from k2conform.model import Delta, Request, Result
+from k2conform_adapters.reference import stepper
 
 
 class ReferenceK3Adapter(Adapter):
@@ -20,11 +19,5 @@ class ReferenceK3Adapter(Adapter):
     def parse_whole(self, request: Request, output: Delta) -> Result:
         return call_parser(parse, output.text, request)
 
-    def parse_stream(self, request: Request, deltas: Sequence[Delta]) -> list[StreamEvent]:
-        return call_parser(_feed_all, K3Parser(request), deltas)
-
-
-def _feed_all(parser: K3Parser, deltas: Sequence[Delta]) -> list[StreamEvent]:
-    events = [parser.feed(delta.text) for delta in deltas]
-    events.append(parser.finish())
-    return [event for event in events if event is not None]
+    def open_stream(self, request: Request) -> StreamStep:
+        return stepper(K3Parser(request))

@@ -13,13 +13,13 @@ and ``tool_choice`` not "none", ``FunctionCallParser(tools, "kimi_k3")`` when
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from k2conform.adapter.contract import (
     Adapter,
     AdapterGlueError,
     AdapterUnavailable,
+    StreamStep,
     call_parser,
     glue_imports,
     import_parser_package,
@@ -147,15 +147,14 @@ class SglangK3Adapter(Adapter):
             meta={"version": self._version},
         )
 
-    def parse_stream(self, request: Request, deltas: Sequence[Delta]) -> list[StreamEvent]:
+    def open_stream(self, request: Request) -> StreamStep:
         chat_request = self._chat_request(request)
         reasoning_parser = self._reasoning_parser(chat_request, stream=True)
         tools = self._tool_parser(chat_request) if self._tools_active(chat_request) else None
         history = self._history(chat_request)
-        steps = list(deltas) or [Delta("")]
-        events: list[StreamEvent] = []
-        for n, delta in enumerate(steps):
-            finished = n == len(steps) - 1
+
+        def step(delta: Delta, finished: bool) -> list[StreamEvent]:
+            events: list[StreamEvent] = []
             text = delta.text
             if reasoning_parser is not None:
                 reasoning, text = call_parser(reasoning_parser.parse_stream_chunk, text)
@@ -168,7 +167,7 @@ class SglangK3Adapter(Adapter):
             if tools is None:
                 if text:
                     events.append(StreamEvent(content=text))
-                continue
+                return events
             normal, items = call_parser(tools.parse_stream_chunk, text)
             if finished:
                 end_text, end_items = call_parser(tools.parse_stream_end)
@@ -189,4 +188,6 @@ class SglangK3Adapter(Adapter):
                 )
                 for item in items
             )
-        return events
+            return events
+
+        return step

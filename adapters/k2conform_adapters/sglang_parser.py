@@ -50,7 +50,6 @@ import re
 import sys
 import types
 import uuid
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -58,6 +57,7 @@ from k2conform.adapter.contract import (
     Adapter,
     AdapterGlueError,
     AdapterUnavailable,
+    StreamStep,
     call_parser,
     glue_imports,
     import_parser_package,
@@ -386,8 +386,8 @@ class SglangAdapter(Reproducible, Adapter):
             meta=ids.meta(version=self._version),
         )
 
-    def parse_stream(self, request: Request, deltas: Sequence[Delta]) -> list[StreamEvent]:
-        """Chunks in the server's order; the last delta is the one with ``finish_reason``."""
+    def open_stream(self, request: Request) -> StreamStep:
+        """Chunks in the server's order; the finishing delta is the one with ``finish_reason``."""
         self.load()
         chat_request = self._chat_request(request)
         tools_active = self._tool_parsing_active(chat_request)
@@ -399,14 +399,14 @@ class SglangAdapter(Reproducible, Adapter):
         ids = _uuid_ids()
         tool_parser = self._tool_parser(chat_request) if tools_active else None
         history = self._history_tool_calls(chat_request)
-        steps = list(deltas) or [Delta("")]
-        events: list[StreamEvent] = []
-        for n, delta in enumerate(steps):
-            finished = n == len(steps) - 1
+        glue = self._glue
+
+        def step(delta: Delta, finished: bool) -> list[StreamEvent]:
+            events: list[StreamEvent] = []
             text = delta.text
             if reasoning_parser is not None:
                 reasoning, text = call_parser(reasoning_parser.parse_stream_chunk, text)
-                if finished and self._glue.reasoning_stream_end:
+                if finished and glue.reasoning_stream_end:
                     end_reasoning, end_text = call_parser(reasoning_parser.parse_stream_end)
                     if end_reasoning:
                         reasoning = (reasoning or "") + end_reasoning
@@ -417,9 +417,9 @@ class SglangAdapter(Reproducible, Adapter):
             if tool_parser is None:
                 if text:
                     events.append(StreamEvent(content=text))
-                continue
+                return events
             normal, items = call_parser(tool_parser.parse_stream_chunk, text)
-            if finished and self._glue.stream_end:
+            if finished and glue.stream_end:
                 end_text, end_items = call_parser(tool_parser.parse_stream_end)
                 normal = (normal or "") + end_text
                 items = list(items) + list(end_items)
@@ -441,10 +441,12 @@ class SglangAdapter(Reproducible, Adapter):
                     )
                 )
             if finished:
-                rest = _unstreamed_arguments(tool_parser, prefix=self._glue.prefix_unstreamed)
+                rest = _unstreamed_arguments(tool_parser, prefix=glue.prefix_unstreamed)
                 if rest is not None:
                     events.append(StreamEvent(tool_calls=(rest,)))
-        return events
+            return events
+
+        return step
 
 
 def _tokenizer_argument(parser_cls: Any) -> dict[str, Any]:

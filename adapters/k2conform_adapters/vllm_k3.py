@@ -14,12 +14,12 @@ so the deltas carry the stand-in's ids for the K3 markers.
 from __future__ import annotations
 
 import types
-from collections.abc import Sequence
 from typing import Any
 
 from k2conform.adapter.contract import (
     Adapter,
     AdapterGlueError,
+    StreamStep,
     call_parser,
     glue_imports,
     import_parser_package,
@@ -29,14 +29,13 @@ from k2conform.adapter.glue import (
     MODEL_NAME,
     RandomIds,
     build_chat_request,
-    event_of,
     load_once,
     tool_calls_of,
 )
 from k2conform.k3 import markers as k3
-from k2conform.model import Delta, Request, Result, StreamEvent
+from k2conform.model import Delta, Request, Result
 
-from k2conform_adapters.vllm_parser import load_kimi_tokenizer
+from k2conform_adapters.vllm_parser import load_kimi_tokenizer, processor_step
 
 
 class VllmK3Adapter(Adapter):
@@ -157,27 +156,12 @@ class VllmK3Adapter(Adapter):
             meta=ids.meta(version=self._version, reasoning_tokens=reasoning_tokens),
         )
 
-    def parse_stream(self, request: Request, deltas: Sequence[Delta]) -> list[StreamEvent]:
+    def open_stream(self, request: Request) -> StreamStep:
         """One ``ChatStreamProcessor`` per choice; the finishing output says ``stop``."""
         chat_request, parser, prompt_ids = self._prepare(request)
         processor = self._processor_cls(
             chat_request, parser, enable_auto_tools=True, parser_cls=self._parser_cls
         )
-        steps = list(deltas) or [Delta("")]
-        ids = RandomIds.chatcmpl()
-        events = []
-        for n, delta in enumerate(steps):
-            step = call_parser(
-                processor.step,
-                delta.text,
-                list(delta.token_ids),
-                "stop" if n == len(steps) - 1 else None,
-                prompt_ids,
-            )
-            event = event_of(step.delta, ids)
-            if event is not None:
-                events.append(event)
-        generated = [i for delta in steps for i in delta.token_ids]
-        if generated:  # _include_reasoning_tokens_details: the count after the last output
-            call_parser(parser.count_reasoning_tokens, tuple(generated))
-        return events
+        return processor_step(
+            processor, parser, prompt_ids, RandomIds.chatcmpl(), count_reasoning=True
+        )

@@ -47,12 +47,13 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import json
-from typing import Any, Sequence
+from typing import Any
 
 from k2conform.adapter.contract import (
     Adapter,
     AdapterGlueError,
     AdapterUnavailable,
+    StreamStep,
     call_parser,
     glue_imports,
     import_parser_package,
@@ -309,7 +310,7 @@ class VllmLegacyAdapter(Adapter):
             return Result(content=info.content, tool_calls=calls, meta=meta)
         return Result(content=info.content if info.content else content, meta=meta)
 
-    def parse_stream(self, request: Request, deltas: Sequence[Delta]) -> list[StreamEvent]:
+    def open_stream(self, request: Request) -> StreamStep:
         chat_request, auto, reasoning_parser = self._prepare(request)
         tool_parser = self._new_tool_parser(chat_request) if auto else None
         stream = _ServerStream(
@@ -320,15 +321,16 @@ class VllmLegacyAdapter(Adapter):
             self._remaining_args_delta,
             self._serving,
         )
-        steps = list(deltas) or [Delta("")]
-        events: list[StreamEvent] = []
         ids = RandomIds.chatcmpl()
-        for n, delta in enumerate(steps):
-            message = stream.step(delta, last=n == len(steps) - 1)
-            event = event_of(message, ids, reasoning_field=self._reasoning_field)
-            if event is not None:
-                events.append(event)
-        return events
+        reasoning_field = self._reasoning_field
+
+        def step(delta: Delta, finished: bool) -> list[StreamEvent]:
+            event = event_of(
+                stream.step(delta, last=finished), ids, reasoning_field=reasoning_field
+            )
+            return [event] if event is not None else []
+
+        return step
 
 
 def _take_content(message: Any) -> str:

@@ -71,6 +71,7 @@ from k2conform.adapter.contract import (
     Adapter,
     AdapterGlueError,
     AdapterUnavailable,
+    StreamStep,
     call_parser,
     glue_imports,
     import_parser_package,
@@ -477,46 +478,44 @@ class VllmAdapter(Reproducible, Adapter):
         )
         return reasoning, content, calls
 
-    def parse_stream(self, request: Request, deltas: Sequence[Delta]) -> list[StreamEvent]:
-        """One event per non-empty ``DeltaMessage``; the last delta carries ``finish_reason``."""
+    def open_stream(self, request: Request) -> StreamStep:
+        """One event per non-empty ``DeltaMessage``; the finishing delta carries
+        ``finish_reason``."""
         cls, chat_request = self._prepare(request)
         parser = self._serving_parser(cls, chat_request, stream=True)
-        step = (
-            _inline_step(parser, chat_request, self._remaining_args_delta)
-            if self._inline
-            else self._processor_step(cls, parser, chat_request)
-        )
-        steps = list(deltas) or [Delta("")]
-        events: list[StreamEvent] = []
         ids = RandomIds.chatcmpl()
-        for n, delta in enumerate(steps):
-            event = event_of(step(delta, n == len(steps) - 1), ids)
-            if event is not None:
-                events.append(event)
-        generated = [i for delta in steps for i in delta.token_ids]
-        if not self._inline and cls.reasoning_parser_cls is not None and generated:
-            # _include_reasoning_tokens_details: the count after the last output
-            call_parser(parser.count_reasoning_tokens, tuple(generated))
-        return events
-
-    def _processor_step(
-        self, cls: Any, parser: Any, chat_request: Any
-    ) -> Callable[[Delta, bool], Any]:
-        """0.33: one ``ChatStreamProcessor`` per choice; the finishing output says ``stop``."""
+        if self._inline:
+            return _inline_step(parser, chat_request, self._remaining_args_delta, ids)
         processor = self._processor_cls(
             chat_request, parser, enable_auto_tools=True, parser_cls=cls
         )
+        counts = cls.reasoning_parser_cls is not None
+        return processor_step(processor, parser, PROMPT_TOKEN_IDS, ids, count_reasoning=counts)
 
-        def step(delta: Delta, finished: bool) -> Any:
-            return call_parser(
-                processor.step,
-                delta.text,
-                list(delta.token_ids),
-                "stop" if finished else None,
-                PROMPT_TOKEN_IDS,
-            ).delta
 
-        return step
+def processor_step(
+    processor: Any, parser: Any, prompt_ids: Sequence[int], ids: RandomIds, *, count_reasoning: bool
+) -> StreamStep:
+    """0.33 on: one ``ChatStreamProcessor`` per choice, stepped once per engine output; the
+    finishing output says ``stop``, and (``count_reasoning``) the reasoning tokens are counted
+    after it (``_include_reasoning_tokens_details``)."""
+    generated: list[int] = []
+
+    def step(delta: Delta, finished: bool) -> list[StreamEvent]:
+        message = call_parser(
+            processor.step,
+            delta.text,
+            list(delta.token_ids),
+            "stop" if finished else None,
+            prompt_ids,
+        ).delta
+        generated.extend(delta.token_ids)
+        if finished and count_reasoning and generated:
+            call_parser(parser.count_reasoning_tokens, tuple(generated))
+        event = event_of(message, ids)
+        return [event] if event is not None else []
+
+    return step
 
 
 def server_reasoning_parser() -> bool:
@@ -526,18 +525,21 @@ def server_reasoning_parser() -> bool:
 
 
 def _inline_step(
-    parser: Any, chat_request: Any, remaining_args_delta: Callable[..., Any] | None
-) -> Callable[[Delta, bool], Any]:
+    parser: Any,
+    chat_request: Any,
+    remaining_args_delta: Callable[..., Any] | None,
+    ids: RandomIds,
+) -> StreamStep:
     """0.21-0.32 ``chat_completion_stream_generator``: ``parse_delta`` per engine output, an
     empty output before the first token skipped ("chunked prefill"); ``SEPARATE_PARSERS``
     (``remaining_args_delta`` given): without ``finished=``, and the finishing delta, when it
     carries arguments, replaced by what partial-JSON parsing left unstreamed."""
     tokens_seen = 0
 
-    def step(delta: Delta, finished: bool) -> Any:
+    def step(delta: Delta, finished: bool) -> list[StreamEvent]:
         nonlocal tokens_seen
         if not delta.text and not delta.token_ids and not tokens_seen:
-            return None
+            return []
         tokens_seen += len(delta.token_ids)
         end = {"finished": finished} if remaining_args_delta is None else {}
         message = call_parser(
@@ -550,7 +552,8 @@ def _inline_step(
         )
         if finished and remaining_args_delta is not None and carries_arguments(message):
             message = _unstreamed_args(parser.tool_parser, message, remaining_args_delta)
-        return message
+        event = event_of(message, ids)
+        return [event] if event is not None else []
 
     return step
 

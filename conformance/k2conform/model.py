@@ -107,6 +107,9 @@ class StreamKind(StrEnum):
     NAME_RESENT = "name-resent"
     ID_LATE = "id-late"  #: a call's id first sent after its first delta
     NAME_LATE = "name-late"
+    #: the stream, or the one stepped beside it, sent other chunks than alone
+    #: (``stream-interleaved``: a parser state one stream shares with another)
+    CROSS_STREAM = "cross-stream"
 
 
 @dataclass(frozen=True)
@@ -133,9 +136,11 @@ def stream_violations(result: Result) -> tuple[StreamViolation, ...]:
 
 
 #: The closed set of fields a difference can name, in report order.
-#: ``grammar``: an engine's grammar rejects a well-formed output or admits one outside its
-#: request (``k2conform grammar``).  ``wire:KIND``: a server's bytes break that rule of the
-#: wire contract (``judge.wire``: the SSE framing, usage, the finish_reason's value, ...).
+#: ``isolation``: a stream sent other chunks while another stream went through the same
+#: adapter (``stream-interleaved``).  ``grammar``: an engine's grammar rejects a well-formed
+#: output or admits one outside its request (``k2conform grammar``).  ``wire:KIND``: a server's
+#: bytes break that rule of the wire contract (``judge.wire``: the SSE framing, usage, the
+#: finish_reason's value, ...).
 DIFF_FIELDS = (
     "count",
     "name",
@@ -145,6 +150,7 @@ DIFF_FIELDS = (
     "reasoning",
     "index",
     "stream-invariant",
+    "isolation",
     "finish_reason",
     *(f"wire:{kind.value}" for kind in WireKind),
     "grammar",

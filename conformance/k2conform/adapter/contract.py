@@ -27,6 +27,11 @@ from k2conform.model import Delta, Request, Result, StreamEvent, StreamReply
 
 T = TypeVar("T")
 
+#: One stream's parser state, fed a delta at a time (``Adapter.open_stream``): the delta, whether
+#: it is the one the server finishes with, and the events it sent for it.  Several can be open
+#: over one adapter at once, as a server's requests are (``adapter.harness.interleave``).
+StreamStep = Callable[[Delta, bool], list[StreamEvent]]
+
 #: A cell past its deadline is run once more with this many times the deadline before it is a
 #: ``timeout`` finding (on a loaded machine a first timeout says little about the parser): an
 #: adapter that waits on a server may wait that long (``Adapter.longest_wait``).
@@ -167,12 +172,30 @@ class Adapter(ABC):
     def parse_whole(self, request: Request, output: Delta) -> Result:
         """Parse the complete output with the one-shot API."""
 
-    @abstractmethod
     def parse_stream(
         self, request: Request, deltas: Sequence[Delta]
     ) -> list[StreamEvent] | StreamReply:
         """Feed the deltas one by one to the streaming API; return every delta message sent
-        (a server adapter: with the wire contract's violations, a ``StreamReply``)."""
+        (a server adapter overrides it: with the wire contract's violations, a
+        ``StreamReply``).  An in-process adapter writes only :meth:`open_stream`."""
+        step = self.open_stream(request)
+        events: list[StreamEvent] = []
+        for delta, finished in stream_steps(deltas):
+            events.extend(step(delta, finished))
+        return events
+
+    def open_stream(self, request: Request) -> StreamStep:
+        """A new stream's parser state, as its server sets one up for a request: each call
+        feeds it one delta.  The default: the adapter parses a stream only whole (a server,
+        another process), so no stream of it can be interleaved with another."""
+        raise AdapterUnavailable(
+            f"{self.name} parses a stream only whole: it opens no stream to feed a delta at a time"
+        )
+
+    @property
+    def opens_streams(self) -> bool:
+        """Whether it writes :meth:`open_stream` (``stream-interleaved`` needs it)."""
+        return type(self).open_stream is not Adapter.open_stream
 
     @property
     def longest_wait(self) -> float:
@@ -204,3 +227,10 @@ class Adapter(ABC):
         """A standalone script that reproduces this parse outside k2conform
         (``report-finding``); None: it has no template (NO SCRIPT)."""
         return None
+
+
+def stream_steps(deltas: Sequence[Delta]) -> list[tuple[Delta, bool]]:
+    """Each delta with whether the server finishes with it (the last; an empty stream is one
+    empty delta, as a server sends the finishing chunk of an empty output)."""
+    steps = list(deltas) or [Delta("")]
+    return [(delta, n == len(steps) - 1) for n, delta in enumerate(steps)]

@@ -7,11 +7,27 @@ Streams are reassembled here, once, the way an OpenAI client does it
 from __future__ import annotations
 
 import traceback
-from typing import Callable, TypeVar
+from dataclasses import replace
+from typing import Callable, Sequence, TypeVar
 
-from k2conform.adapter.contract import Adapter, AdapterGlueError, AdapterUnavailable, ParserCrash
+from k2conform.adapter.contract import (
+    Adapter,
+    AdapterGlueError,
+    AdapterUnavailable,
+    ParserCrash,
+    stream_steps,
+)
 from k2conform.delivery.modes import Delivery
-from k2conform.model import Request, Result, StreamEvent, StreamReply, WireViolation
+from k2conform.model import (
+    Delta,
+    Request,
+    Result,
+    StreamEvent,
+    StreamKind,
+    StreamReply,
+    StreamViolation,
+    WireViolation,
+)
 from k2conform.judge.stream import Assembled, assemble
 
 T = TypeVar("T")
@@ -48,6 +64,56 @@ def _assembled(
     return assemble(reply), ()
 
 
+def interleave(
+    adapter: Adapter, request: Request, streams: Sequence[Sequence[Delta]]
+) -> list[list[StreamEvent]]:
+    """Each stream's events when all are open at once over one adapter, as a server's requests
+    are: every stream's parser state is opened first, then their deltas are stepped in turn,
+    each stream's spread evenly over the whole (its k-th of n at k/n, the earlier stream first
+    on a tie), so each is in flight for all of the others."""
+    steppers = [adapter.open_stream(request) for _ in streams]
+    steps = [stream_steps(deltas) for deltas in streams]
+    order = sorted(
+        ((k / len(own), i, k) for i, own in enumerate(steps) for k in range(len(own))),
+    )
+    events: list[list[StreamEvent]] = [[] for _ in streams]
+    for _, i, k in order:
+        events[i].extend(steppers[i](*steps[i][k]))
+    return events
+
+
+def _isolated(
+    adapter: Adapter, request: Request, delivery: Delivery
+) -> tuple[Assembled, tuple[WireViolation, ...]]:
+    """``stream-interleaved``: this stream stepped in turn with its partner, each held to what
+    it sends alone through a fresh parser state (a difference is the adapter's shared state,
+    vllm-project/vllm#54701)."""
+    partner, own = interleave(adapter, request, (delivery.partner, delivery.deltas))
+    crossed = [
+        StreamViolation(StreamKind.CROSS_STREAM, f"{which}: {difference}")
+        for which, interleaved, alone in (
+            ("this stream", own, adapter.parse_stream(request, delivery.deltas)),
+            ("the stream beside it", partner, adapter.parse_stream(request, delivery.partner)),
+        )
+        if (difference := _first_difference(interleaved, alone))
+    ]
+    assembled = assemble(own)
+    return replace(assembled, violations=assembled.violations + tuple(crossed)), ()
+
+
+def _first_difference(
+    interleaved: list[StreamEvent], alone: list[StreamEvent] | StreamReply
+) -> str | None:
+    """Where a stream stepped beside another first sent other chunks than alone (None: it
+    sent the same)."""
+    if isinstance(alone, StreamReply) or interleaved == alone:
+        return None
+    for n, (beside, solo) in enumerate(zip(interleaved, alone)):
+        if beside != solo:
+            return f"chunk {n + 1} is {beside} beside another stream, {solo} alone"
+    return f"{len(interleaved)} chunks beside another stream, {len(alone)} alone"
+
+
 def execute(adapter: Adapter, request: Request, delivery: Delivery) -> Result:
     """The adapter's result for this delivery, with outcome and provenance in ``meta``.  A
     delivery's prelude goes through the same adapter first, as an earlier request; what the
@@ -57,7 +123,11 @@ def execute(adapter: Adapter, request: Request, delivery: Delivery) -> Result:
         earlier = guarded(lambda: _assembled(adapter.parse_stream(request, delivery.prelude)))
         prelude = earlier.outcome.value if isinstance(earlier, Result) else "ok"
     if delivery.streaming:
-        streamed = guarded(lambda: _assembled(adapter.parse_stream(request, delivery.deltas)))
+        streamed = guarded(
+            (lambda: _isolated(adapter, request, delivery))
+            if delivery.partner
+            else (lambda: _assembled(adapter.parse_stream(request, delivery.deltas)))
+        )
         if isinstance(streamed, Result):
             result = streamed
         else:

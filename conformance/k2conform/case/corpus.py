@@ -35,7 +35,7 @@ SOURCES = "sources"
 CATALOGUE = ("findings", "catalogue")
 _ID_PATTERN = re.compile(r"^[yni]_[a-z0-9][a-z0-9_.\-]*$")
 #: The Kimi format families a completion case may be written in: K2's markers, K3's channels.
-FAMILIES = ("k2", "k3")
+FAMILIES = (mk.FAMILY, k3_markers.FAMILY)
 _COMPLETION_KEYS = {
     "id": True,
     "kind": True,

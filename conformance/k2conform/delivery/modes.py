@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, Sequence
 
 from k2conform import markers as mk
+from k2conform.k3 import markers as k3
 from k2conform.model import Delta
 
 if TYPE_CHECKING:  # the contract names the delivery modes: typing only, no import cycle
@@ -42,6 +43,8 @@ class Mode:
     #: A run that names no mode plans it (``stream-recorded`` only replays cases that recorded
     #: deltas, and is asked for).
     default: bool = True
+    #: Its deltas are drawn from the run's ``--seed`` (recorded with the result).
+    seeded: bool = False
 
     @property
     def streaming(self) -> bool:
@@ -67,6 +70,26 @@ MODES: dict[str, Mode] = {
             default=False,
         ),
         Mode(
+            "stream-coalesced",
+            "1 to 8 tokens per delta, the counts drawn from the recorded seed (3 variants), as "
+            "vLLM's output collector merges a request's outputs while the server falls behind "
+            "under concurrent load (vllm-project/vllm#54701)",
+            True,
+            opt_in=True,
+            default=False,
+            seeded=True,
+        ),
+        Mode(
+            "stream-interleaved",
+            "one token per delta, stepped in turn with another stream through a second parser "
+            "state of the same adapter (two calls of the case's first tool, spread over this "
+            "stream's length); each must send what it sends alone (a server parses many "
+            "requests at once: nothing one stream does may reach another)",
+            True,
+            opt_in=True,
+            default=False,
+        ),
+        Mode(
             "stream-holdback",
             "one token per delta, its text held back 11 characters (variants: 32; 11 with 3 "
             "tokens a step, as speculative decoding) until later tokens or the end-of-turn "
@@ -87,6 +110,7 @@ MODES: dict[str, Mode] = {
             "stream-random",
             "seeded random cut points; the seed is recorded with the result (text-level)",
             False,
+            seeded=True,
         ),
         Mode(
             "stream-recorded",
@@ -124,21 +148,28 @@ TOKEN_ALIGNED_MODES = (
 )
 #: Deliveries that cut the text without regard to tokens, as a text replay or a proxy does.
 TEXT_LEVEL_MODES = tuple(name for name, mode in MODES.items() if not mode.token_aligned)
-#: ``stream-after-cutoff`` is known to equal ``stream-token`` cell for cell, and the release
-#: lanes' baselines were reviewed without ``stream-holdback`` (docs/cli.md, Delivery modes).
+#: ``stream-after-cutoff`` and ``stream-interleaved`` are known to equal ``stream-token`` cell for
+#: cell, and the release lanes' baselines were reviewed without ``stream-holdback`` and
+#: ``stream-coalesced`` (docs/cli.md, Delivery modes).
 OPT_IN_MODES = tuple(name for name, mode in MODES.items() if mode.opt_in)
 DEFAULT_MODES = tuple(name for name, mode in MODES.items() if mode.default)
+#: The modes whose deltas the run's ``--seed`` draws.
+SEEDED_MODES = tuple(name for name, mode in MODES.items() if mode.seeded)
 #: The modes that hand over the whole output at once, through the one-shot API.
 ONE_SHOT_MODES = tuple(name for name, mode in MODES.items() if not mode.streaming)
 
 
 def adapter_modes(adapter: Adapter) -> tuple[str, ...]:
     """The modes an adapter takes: its ``delivery_modes``, else every non-server mode
-    (``stream-holdback`` only where its server holds text back, ``stop_string_holdback``)."""
+    (``stream-holdback`` only where its server holds text back, ``stop_string_holdback``;
+    ``stream-interleaved`` only where it opens a stream to feed a delta at a time)."""
     if adapter.delivery_modes:
         return tuple(adapter.delivery_modes)
-    holdback = adapter.stop_string_holdback
-    return tuple(m for m in MODES if m not in SERVER_MODES and (holdback or m != "stream-holdback"))
+    lacks = {
+        "stream-holdback": not adapter.stop_string_holdback,
+        "stream-interleaved": not adapter.opens_streams,
+    }
+    return tuple(m for m in MODES if m not in SERVER_MODES and not lacks.get(m, False))
 
 
 def planned_modes(adapter: Adapter, opt_in: Sequence[str] = ()) -> tuple[str, ...]:
@@ -153,6 +184,29 @@ def planned_modes(adapter: Adapter, opt_in: Sequence[str] = ()) -> tuple[str, ..
 CUTOFF_PRELUDE = (
     f'{mk.SECTION_BEGIN}{mk.CALL_BEGIN}functions.{{tool}}:0{mk.ARGUMENT_BEGIN}{{{{"city": "Par'
 )
+
+
+def partner_output(family: str, tool: str) -> str:
+    """The other stream of ``stream-interleaved``: a short answer, then two complete calls of
+    ``tool`` (so that it has a call open while this stream has one), in the case's family."""
+    if family == k3.FAMILY:
+        calls = "".join(
+            k3.opener("call", {"tool": tool, "index": str(n)})
+            + k3.opener("argument", {"key": "city", "type": "string"})
+            + city
+            + k3.closer("argument")
+            + k3.closer("call")
+            for n, city in enumerate(("Paris", "Rome"))
+        )
+        tools = k3.opener("tools") + calls + k3.closer("tools")
+        return "Checking." + k3.closer("think") + tools + k3.closer("message")
+    calls = "".join(
+        f'{mk.CALL_BEGIN}functions.{tool}:{n}{mk.ARGUMENT_BEGIN}{{"city": "{city}"}}{mk.CALL_END}'
+        for n, city in enumerate(("Paris", "Rome"))
+    )
+    return f"Checking.{mk.SECTION_BEGIN}{calls}{mk.SECTION_END}"
+
+
 #: The prelude's tool when a case declares none.
 CUTOFF_TOOL = "get_weather"
 DEFAULT_BURST = 4
@@ -166,6 +220,10 @@ DEFAULT_BURST = 4
 #: output carries all their ids with the text released after the last.
 HOLDBACKS = ((11, 1), (32, 1), (11, 3))
 DEFAULT_SEED = 20261130
+#: ``stream-coalesced``: its variants (seeds ``seed`` … ``seed + 2``) and the most tokens an
+#: output merges (a step of 8 tokens is a consumer 8 engine steps behind).
+COALESCED_VARIANTS = 3
+MOST_COALESCED = 8
 MARKER_SPLIT_STRIDE = 9
 
 #: Markers whose every inner split point stream-marker-split exercises.
@@ -186,6 +244,9 @@ class Delivery:
     seed: int | None = None
     #: Sent through the same adapter first, its result not judged (``stream-after-cutoff``).
     prelude: tuple[Delta, ...] = ()
+    #: Stepped in turn with ``deltas`` through a second stream of the same adapter
+    #: (``stream-interleaved``); both must send what they send alone.
+    partner: tuple[Delta, ...] = ()
 
     @property
     def label(self) -> str:
@@ -221,9 +282,11 @@ def deliveries(
     burst: int = DEFAULT_BURST,
     tool: str = CUTOFF_TOOL,
     spelled: Sequence[int] = (),
+    family: str = mk.FAMILY,
 ) -> list[Delivery]:
     """The deliveries of ``text`` in ``mode`` (marker splits give several; others one);
-    ``tool`` names the call ``stream-after-cutoff``'s prelude cuts off; ``spelled``: the
+    ``tool`` names the call ``stream-after-cutoff``'s prelude cuts off and
+    ``stream-interleaved``'s partner makes, in the case's ``family``; ``spelled``: the
     offsets of markers written from ordinary pieces (``CompletionCase.spelled_markers``)."""
     text = engine_output(text)
     spelled = tuple(at for at in spelled if at < len(text))
@@ -239,14 +302,21 @@ def deliveries(
     if mode == "stream-after-cutoff":
         prelude = _per_token(tokenizer.tokenize_spans(CUTOFF_PRELUDE.format(tool=tool)))
         return [Delivery(mode, _per_token(spans), variant=f"after {tool}", prelude=prelude)]
+    if mode == "stream-coalesced":
+        return [
+            Delivery(mode, _coalesced(spans, random.Random(seed + k)), f"seed={seed + k}", seed + k)
+            for k in range(COALESCED_VARIANTS)
+        ]
+    if mode == "stream-interleaved":
+        partner = _per_token(tokenizer.tokenize_spans(partner_output(family, tool)))
+        return [Delivery(mode, _per_token(spans), variant=f"beside {tool}", partner=partner)]
     if mode == "stream-holdback":
         return [
             Delivery(mode, _held_back(spans, lag, step), variant=holdback_variant(lag, step))
             for lag, step in HOLDBACKS
         ]
     if mode == "stream-burst":
-        groups = [spans[k : k + burst] for k in range(0, len(spans), burst)]
-        deltas = tuple(Delta("".join(p for _, p in g), tuple(i for i, _ in g)) for g in groups)
+        deltas = tuple(_joined(spans[k : k + burst]) for k in range(0, len(spans), burst))
         return [Delivery(mode, deltas, variant=burst_variant(burst))]
     if mode == "stream-char":
         return [Delivery(mode, cut(text, range(1, len(text))))]
@@ -297,6 +367,23 @@ def burst_of(label: str | None) -> int | None:
         return None
     digits = label[len(prefix) : -1]
     return int(digits) if digits.isdigit() else None
+
+
+def _coalesced(spans: list[tuple[int, str]], rng: random.Random) -> tuple[Delta, ...]:
+    """Deltas of 1 to :data:`MOST_COALESCED` tokens each, with their ids: what a client reads
+    when ``RequestOutputCollector.put`` merges the outputs its consumer has not taken yet
+    (vllm/v1/engine/output_processor.py), so the count depends on the server's load."""
+    deltas, k = [], 0
+    while k < len(spans):
+        group = spans[k : k + rng.randint(1, MOST_COALESCED)]
+        deltas.append(_joined(group))
+        k += len(group)
+    return tuple(deltas)
+
+
+def _joined(group: Sequence[tuple[int, str]]) -> Delta:
+    """One delta of several tokens: their text and their ids."""
+    return Delta("".join(piece for _, piece in group), tuple(i for i, _ in group))
 
 
 def _held_back(spans: list[tuple[int, str]], holdback: int, step: int) -> tuple[Delta, ...]:

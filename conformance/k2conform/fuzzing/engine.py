@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from k2conform import markers as mk
 from k2conform.delivery import modes as dl
 from k2conform.case.corpus import CompletionCase, Expectation, load_case
 from k2conform.case.verdict import verdict as case_verdict
@@ -35,7 +36,7 @@ CUT_MODES = ("stream-recorded",)
 DEFAULT_DEADLINE = 10.0
 #: The format family the fuzzers mutate and the reference parser judges: an adapter of
 #: another family (``reference-k3``, ``vllm-k3``) is no adapter under test here.
-FAMILY = "k2"
+FAMILY = mk.FAMILY
 
 
 def refuse_other_family(adapter: Any) -> None:

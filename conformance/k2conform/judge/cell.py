@@ -55,11 +55,15 @@ def _wire_diffs(result: Result) -> list[FieldDiff]:
     return [FieldDiff(f"wire:{v.kind.value}", None, v.detail, "stream") for v in violations]
 
 
+#: The stream violations with a field of their own (the rest are ``stream-invariant``).
+_VIOLATION_FIELDS = {StreamKind.INDEX_GAP: "index", StreamKind.CROSS_STREAM: "isolation"}
+
+
 def _stream_diffs(result: Result, whole: Result | None) -> list[FieldDiff]:
     """Stream invariants, and the stream's calls against the same adapter's one-shot parse."""
     diffs = []
     for violation in stream_violations(result):
-        field_name = "index" if violation.kind is StreamKind.INDEX_GAP else "stream-invariant"
+        field_name = _VIOLATION_FIELDS.get(violation.kind, "stream-invariant")
         diffs.append(FieldDiff(field_name, None, violation.detail, "stream"))
     if whole is not None and whole.outcome == ResultOutcome.OK:
         w_calls, s_calls = whole.tool_calls, result.tool_calls

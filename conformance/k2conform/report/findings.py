@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from k2conform import markers as mk
 from k2conform.delivery import modes as dl
 from k2conform.gate.baseline import TODO, Baseline, BaselineEntry, gate
 from k2conform.model import Cell, Delta, RunResults, tool_name
@@ -186,7 +187,7 @@ def repro_command(cell: Cell, seed: int) -> str:
         "--delivery",
         cell.delivery,
     ]
-    if cell.delivery == "stream-random" and seed != dl.DEFAULT_SEED:
+    if cell.delivery in dl.SEEDED_MODES and seed != dl.DEFAULT_SEED:
         words += ["--seed", str(seed)]
     burst = dl.burst_of(cell.variant)
     if burst is not None and burst != dl.DEFAULT_BURST:
@@ -197,7 +198,7 @@ def repro_command(cell: Cell, seed: int) -> str:
 
 #: Differences a standalone script cannot show: it prints the message a client ends up with,
 #: and these are in how the stream or the wire delivered it, not in that message.
-_DELIVERY_ONLY = ("index", "stream-invariant", "wire:")
+_DELIVERY_ONLY = ("index", "stream-invariant", "isolation", "wire:")
 
 
 def script_cannot_show(cell: Cell) -> str | None:
@@ -232,6 +233,7 @@ def delivered_deltas(case: Mapping[str, Any], cell: Cell, seed: int) -> tuple[De
         burst=dl.burst_of(cell.variant) or dl.DEFAULT_BURST,
         tool=dl.cutoff_tool([tool_name(t) for t in case.get("request", {}).get("tools", ())]),
         spelled=case.get("spelled_markers", ()),
+        family=case.get("family", mk.FAMILY),
     )
     return next((v.deltas for v in variants if v.label in (cell.variant, mode)), None)
 

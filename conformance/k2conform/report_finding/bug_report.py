@@ -134,6 +134,7 @@ def cmd_report_finding(args: argparse.Namespace) -> int:
         burst=args.burst,
         tool=dl.cutoff_tool(case.request.tool_names),
         spelled=case.spelled_markers,
+        family=case.family,
     )
     variant = next((v for v in variants if v.label == cell.variant), variants[0])
 

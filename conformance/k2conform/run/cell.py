@@ -123,6 +123,7 @@ def run_cell(
         burst=settings.burst,
         tool=dl.cutoff_tool(case.request.tool_names),
         spelled=case.spelled_markers,
+        family=case.family,
     )
     cache = whole_cache if whole_cache is not None else {}
     try:

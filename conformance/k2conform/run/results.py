@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from k2conform import __version__
+from k2conform import markers as mk
 from k2conform.case.corpus import CompletionCase
 from k2conform.errors import UsageError
 from k2conform.model import AdapterRow, Cell, ResultOutcome, RunResults
@@ -41,7 +42,8 @@ def shortfall(results: RunResults) -> list[str]:
 
 def case_summary(case: CompletionCase) -> dict[str, Any]:
     """What the reports show of a case, and what they need to derive its deliveries again
-    (the request: ``stream-after-cutoff``'s prelude calls its first declared tool)."""
+    (the request: ``stream-after-cutoff``'s prelude calls its first declared tool, as
+    ``stream-interleaved``'s partner does, in the case's family)."""
     return {
         "id": case.id,
         "verdict": case.verdict,
@@ -52,6 +54,7 @@ def case_summary(case: CompletionCase) -> dict[str, Any]:
         "deltas": list(case.deltas) if case.deltas else None,
         "expected": case.expected.to_json() if case.expected else None,
         **({"spelled_markers": list(case.spelled_markers)} if case.spelled_markers else {}),
+        **({"family": case.family} if case.family != mk.FAMILY else {}),
     }
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from k2conform.adapter import Adapter, AdapterUnavailable, call_parser, require_api
+from k2conform.adapter import Adapter, AdapterUnavailable, StreamStep, call_parser, require_api
 from k2conform.model import Delta, Request, Result, StreamEvent, ToolCall, ToolCallDelta
 
 
@@ -32,20 +32,27 @@ class TinyAdapter(Adapter):
             ),
         )
 
-    def parse_stream(self, request: Request, deltas: Sequence[Delta]) -> list[StreamEvent]:
+    def open_stream(self, request: Request) -> StreamStep:
+        """One stream's parser state; the step feeds it a delta (the whole stream through
+        ``parse_stream``, or beside another one in ``stream-interleaved``)."""
         parser = call_parser(self._parser.StreamingParser)
-        for delta in deltas:
+
+        def step(delta: Delta, finished: bool) -> list[StreamEvent]:
             call_parser(parser.feed, delta.text)
-        content, calls = call_parser(parser.finish)
-        return [
-            StreamEvent(
-                content=content,
-                tool_calls=tuple(
-                    ToolCallDelta(index=i, id=c["id"], name=c["name"], arguments=c["arguments"])
-                    for i, c in enumerate(calls)
-                ),
-            )
-        ]
+            if not finished:
+                return []
+            content, calls = call_parser(parser.finish)
+            return [
+                StreamEvent(
+                    content=content,
+                    tool_calls=tuple(
+                        ToolCallDelta(index=i, id=c["id"], name=c["name"], arguments=c["arguments"])
+                        for i, c in enumerate(calls)
+                    ),
+                )
+            ]
+
+        return step
 
     def repro_script(
         self, request: Request, deltas: Sequence[Delta], mode: str, **context: object
