@@ -397,6 +397,18 @@ CALL = ToolCall("get_weather", '{"city": "Paris"}', "functions.get_weather:0")
             ),
             ("broken-stream",),
         ),
+        # stream-interleaved: shared state made the stream drop its call beside another one
+        (
+            Result(
+                content="Sure.",
+                meta={
+                    "stream_violations": [
+                        {"kind": "cross-stream", "detail": "this stream: 3 chunks beside, 5 alone"}
+                    ]
+                },
+            ),
+            ("cross-stream", "dropped-call"),
+        ),
     ],
 )
 def test_classifier_on_hand_made_disagreements(observed, kinds):
