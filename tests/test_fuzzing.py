@@ -397,6 +397,18 @@ CALL = ToolCall("get_weather", '{"city": "Paris"}', "functions.get_weather:0")
             ),
             ("broken-stream",),
         ),
+        # stream-interleaved: shared state made the stream drop its call beside another one
+        (
+            Result(
+                content="Sure.",
+                meta={
+                    "stream_violations": [
+                        {"kind": "cross-stream", "detail": "this stream: 3 chunks beside, 5 alone"}
+                    ]
+                },
+            ),
+            ("cross-stream", "dropped-call"),
+        ),
     ],
 )
 def test_classifier_on_hand_made_disagreements(observed, kinds):
@@ -993,3 +1005,25 @@ def test_the_fuzzers_take_only_adapters_of_the_family_they_mutate(monkeypatch):
         text=True,
     )
     assert done.returncode == 2 and "vllm-k3 parses k3 output" in done.stderr
+
+
+@pytest.mark.parametrize("mode", ["stream-after-cutoff", "stream-interleaved", "stream-token"])
+def test_the_fuzzer_delivers_an_input_as_the_matrix_delivers_its_case(mode):
+    """A finding's case file is judged by the matrix (``judge_finding``): the fuzzer must have
+    made the same deliveries, the prelude and the partner calling the first declared tool."""
+    from k2conform.case.corpus import CompletionCase
+    from k2conform.delivery import modes as dl
+    from k2conform.fuzzing.engine import FUZZ_MODES, Engine
+    from k2conform.model import Request
+
+    engine = Engine(["reference"])
+    request = Request(tools=({"type": "function", "function": {"name": "read_file"}},))
+    text = f"Hi{SB}{TB}functions.read_file:0{AB}{{}}{TE}{SE}"
+    case = CompletionCase("i_x", "", (), "test", request, text, None, None)
+    matrix = dl.deliveries(
+        text, mode, engine.tokenizer, tool=dl.cutoff_tool(case.request.tool_names)
+    )
+    assert engine.deliveries(request, text, mode) == matrix
+    assert "read_file" in (matrix[0].variant or "read_file")
+    # a seeded token-aligned mode draws from the case's id, which a finding has not yet
+    assert "stream-coalesced" not in FUZZ_MODES and "stream-random" in FUZZ_MODES

@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from k2conform import markers as mk
+from k2conform.bench.measure import fit_exponent
 from k2conform.case.corpus import load_corpus
 from k2conform.model import Request
 from k2conform.run.cell import case_unfit
@@ -18,6 +19,7 @@ from k2conform.reference.parser import ReferenceParser, parse
 from k2conform.reference.policies import POLICIES
 from k2conform.testkit.strategies import chunkings, completions
 from k2conform.judge.stream import assemble
+from k2conform.k3 import markers as k3_markers
 from k2conform.k3 import parser as k3
 from k2conform_adapters.reference import ReferenceAdapter
 
@@ -156,6 +158,40 @@ def test_total_work_is_linear_no_rescans_per_delta(generated, data):
         len(m) for m in reference._STATE_MARKERS[reference.State.ARGS] + (mk.THINK_END,)
     )
     assert sum(seen) <= len(generated.text) + longest_marker * (len(deltas) + 1)
+
+
+class _CountingText(str):
+    """Text whose ``find`` adds up the characters it reads (a miss reads to the end)."""
+
+    read = 0
+
+    def find(self, sub, start=0, end=None):
+        end = len(self) if end is None else end
+        at = str.find(self, sub, start, end)
+        _CountingText.read += (at + len(sub) if at >= 0 else end) - start
+        return at
+
+
+@pytest.mark.parametrize("tag", [k3_markers.OPEN, k3_markers.CLOSE, k3_markers.closer("nothing")])
+def test_k3_one_shot_work_is_linear_on_tags_that_never_reach_their_sep(tag, monkeypatch):
+    """The K3 scan looks ahead for each tag's ``<|sep|>`` and for the next marker; on a run of
+    tags that never reach one, searching afresh from every tag reads the rest of the text each
+    time (quadratic: the one-shot parse of 4,000 lone ``<|open|>`` took 138 ms before the
+    look-ahead was kept, 5 Dec 2026).  The characters searched grow with the text, not its
+    square."""
+    made = k3._Ahead.__init__
+
+    def counting(self, data):
+        made(self, _CountingText(data))
+
+    monkeypatch.setattr(k3._Ahead, "__init__", counting)
+    sizes, read = [200, 400, 800], []
+    for n in sizes:
+        _CountingText.read = 0
+        k3.parse(("x" + tag) * n)
+        read.append(_CountingText.read)
+    exponent = fit_exponent([len("x" + tag) * n for n in sizes], read)
+    assert exponent == pytest.approx(1.0, abs=0.1), read
 
 
 def test_every_policy_is_documented_and_exercised_by_a_tagged_corpus_case():

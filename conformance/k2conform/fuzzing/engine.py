@@ -28,8 +28,15 @@ from k2conform.fuzzing.workers import claims_dir, table_path
 from k2conform.model import Delta, Request, Result, StreamKind, stream_violations
 
 #: Delivery modes the fuzzers accept: the in-process ones; ``stream-recorded`` replays the
-#: pieces the fuzz input's cut list makes (as a case replays its recorded deltas).
-FUZZ_MODES: tuple[str, ...] = tuple(m for m in dl.MODES if m not in dl.SERVER_MODES)
+#: pieces the fuzz input's cut list makes (as a case replays its recorded deltas).  Not
+#: ``stream-coalesced``: its token groups are drawn from a seed of the case's id, which a
+#: finding's case file would get only once written (a case records text deltas, never ids), so
+#: its cell could not show what the fuzzer saw.
+FUZZ_MODES: tuple[str, ...] = tuple(
+    m
+    for m in dl.MODES
+    if m not in dl.SERVER_MODES and not (m in dl.SEEDED_MODES and m in dl.TOKEN_ALIGNED_MODES)
+)
 DEFAULT_FUZZ_MODES = ("whole", "stream-token")
 #: The modes that replay the fuzz input's own cut list (the others ignore it).
 CUT_MODES = ("stream-recorded",)
@@ -140,13 +147,16 @@ class Engine:
 
     def deliveries(
         self,
+        request: Request,
         text: str,
         mode: str,
         cuts: Sequence[int] | None = None,
         recorded: Sequence[str] | None = None,
         spelled: Sequence[int] = (),
     ) -> list[dl.Delivery]:
-        """``spelled`` markers go out as ordinary token pieces where the mode sends token ids
+        """The deliveries the matrix makes of the same case: the request's first declared tool
+        for ``stream-after-cutoff``'s prelude and ``stream-interleaved``'s partner; ``spelled``
+        markers go out as ordinary token pieces where the mode sends token ids
         (:func:`delivered_spelling`)."""
         if mode == "stream-recorded" and recorded is None:
             recorded = [d.text for d in dl.cut(text, cuts or ())]
@@ -156,6 +166,7 @@ class Engine:
             self._spans,
             seed=dl.case_seed(dl.DEFAULT_SEED, "fuzz"),
             recorded=recorded,
+            tool=dl.cutoff_tool(request.tool_names),
             spelled=delivered_spelling(text, mode, spelled),
         )
 
@@ -206,8 +217,8 @@ class Engine:
         if expected is None:
             expected = self.oracle(request, text)
         spelling = delivered_spelling(text, mode, spelled)
-        variants = self.deliveries(text, mode, cuts, recorded, spelling)
-        plain = self.deliveries(text, mode, cuts, recorded) if spelling else variants
+        variants = self.deliveries(request, text, mode, cuts, recorded, spelling)
+        plain = self.deliveries(request, text, mode, cuts, recorded) if spelling else variants
         output = dl.engine_output(text)  # what the adapters are handed (twice: duplicates)
         kinds: dict[str, tuple[str, ...]] = {}
         results: dict[str, Result] = {}

@@ -22,6 +22,9 @@ from k2conform.model import Result, StreamKind, stream_violations
 KINDS: tuple[str, ...] = (
     "crash",  # the parser raised (a finding, never a fuzzer crash)
     "timeout",  # the parser did not return within the per-input deadline
+    # the stream sent other chunks beside another stream through the same adapter than alone
+    # (``stream-interleaved``: shared parser state); listed before what it causes
+    "cross-stream",
     "dropped-call",  # fewer calls than expected
     "extra-call",  # more calls than expected
     "wrong-name",  # same number of calls, a name differs
@@ -99,8 +102,11 @@ def classify(expected: Result, observed: Result, output: str | None = None) -> t
         if (expected.reasoning or "") != (observed.reasoning or ""):
             kinds.add("reasoning-drift")
     # Marker bytes in content deltas are judged above, against the expectation.
-    if any(v.kind is not StreamKind.MARKER_IN_CONTENT for v in stream_violations(observed)):
-        kinds.add("broken-stream")
+    for violation in stream_violations(observed):
+        if violation.kind is StreamKind.CROSS_STREAM:
+            kinds.add("cross-stream")
+        elif violation.kind is not StreamKind.MARKER_IN_CONTENT:
+            kinds.add("broken-stream")
     return tuple(k for k in KINDS if k in kinds)
 
 

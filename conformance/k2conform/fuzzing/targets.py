@@ -203,7 +203,7 @@ def differential_target(
             )
             new = bool(observation.signature) and store.is_new(observation)
             if mode != "whole" and (new or sampled):
-                variants = engine.deliveries(fuzz.text, mode, cuts, spelled=spelled)
+                variants = engine.deliveries(request, fuzz.text, mode, cuts, spelled=spelled)
                 engine.verify_reference_stream(request, fuzz.text, variants, expected)
             if observation.signature:
                 store.record(request, fuzz.text, observation)
@@ -329,7 +329,7 @@ def roundtrip_target(engine: Any, modes: Sequence[str], store: Any) -> Callable[
         reference = engine.oracle(request, text)
         diffs = compare_results(expected, reference)
         assert not diffs, (text, request.to_json(), [d.to_json() for d in diffs])
-        for delivery in engine.deliveries(text, "stream-char"):
+        for delivery in engine.deliveries(request, text, "stream-char"):
             streamed = engine.run(engine.reference, request, delivery)
             assert streamed.outcome == "ok" and not compare_results(expected, streamed), (
                 text,

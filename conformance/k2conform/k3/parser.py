@@ -150,6 +150,7 @@ class K3Parser:
 
     def _scan(self, data: str, final: bool) -> None:
         pos = 0
+        ahead = _Ahead(data)
         while pos < len(data) and self._state is not State.DONE:
             if self._state is State.ARGUMENT:
                 pos = self._scan_value(data, pos, final)
@@ -169,7 +170,7 @@ class K3Parser:
                 self._text("<")
                 pos = start + 1
                 continue
-            pos = self._marker(data, start, marker, final)
+            pos = self._marker(ahead, start, marker, final)
             if pos < 0:
                 return
         if self._state is State.DONE:
@@ -187,8 +188,9 @@ class K3Parser:
         self._pending = data[len(data) - held :]
         return len(data)
 
-    def _marker(self, data: str, start: int, marker: str, final: bool) -> int:
+    def _marker(self, ahead: _Ahead, start: int, marker: str, final: bool) -> int:
         """Act on the marker at ``start``; the position after it, or -1 when the rest waits."""
+        data = ahead.data
         after = start + len(marker)
         if marker == END_OF_MSG:
             if self._state is State.CALL:
@@ -199,8 +201,8 @@ class K3Parser:
             self._fire("K3.unknown-tag")
             self._text(SEP)
             return after
-        sep = data.find(SEP, after)
-        interrupted = _next_marker(data, after, sep)
+        sep = ahead.find(SEP, after)
+        interrupted = _next_marker(ahead, after, sep)
         if interrupted >= 0 or (sep < 0 and final):
             if interrupted < 0:  # the output ends inside the tag
                 self._fire("K3.partial-tag-at-end")
@@ -324,12 +326,31 @@ def _attributes(text: str) -> dict[str, str]:
     return {key: unescape(value) for key, value in _ATTRIBUTE.findall(text)}
 
 
-def _next_marker(data: str, start: int, stop: int) -> int:
+def _next_marker(ahead: _Ahead, start: int, stop: int) -> int:
     """Where a marker other than ``<|sep|>`` begins in ``data[start:stop]`` (stop < 0: to the
     end); -1 when none does."""
-    end = len(data) if stop < 0 else stop
-    found = [data.find(m, start, end) for m in (OPEN, CLOSE, END_OF_MSG)]
+    end = len(ahead.data) if stop < 0 else stop
+    found = [ahead.find(m, start, end) for m in (OPEN, CLOSE, END_OF_MSG)]
     return min((f for f in found if f >= 0), default=-1)
+
+
+class _Ahead:
+    """The next place of each marker in one scanned text, searched for again only once the
+    scan has passed it.  The scan only moves forward, so the text is searched about once per
+    marker: a fresh ``find`` from every tag would read the rest of the text each time, which
+    is quadratic on a run of tags that never reach their ``<|sep|>``."""
+
+    def __init__(self, data: str) -> None:
+        self.data = data
+        self._next: dict[str, tuple[int, int]] = {}  # marker -> (searched from, found at)
+
+    def find(self, marker: str, start: int, end: int | None = None) -> int:
+        """``data.find(marker, start, end)``."""
+        known = self._next.get(marker)
+        if known is None or known[0] > start or 0 <= known[1] < start:
+            known = self._next[marker] = (start, self.data.find(marker, start))
+        at = known[1]
+        return at if at >= 0 and (end is None or at + len(marker) <= end) else -1
 
 
 def _closer_prefix(data: str, pos: int) -> int:
