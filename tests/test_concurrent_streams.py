@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from k2conform.case.corpus import load_case
 from k2conform.delivery import modes as dl
 from k2conform.delivery.tokenizer import load_tokenizer
 from k2conform.k3 import markers as k3
-from k2conform.model import CellOutcome, Delta, Request
+from k2conform.model import CellOutcome, Delta, Request, StreamEvent
 from k2conform.reference.parser import ReferenceParser
 from k2conform.run.cell import CellSettings, run_cell
 from k2conform_adapters.reference import ReferenceAdapter, stepper
@@ -149,6 +150,27 @@ def test_a_parser_state_shared_by_streams_is_an_isolation_difference_only_interl
     reference = create_adapter("reference")
     fresh = run_cell(reference, TWO_CALLS, "stream-interleaved", SETTINGS)
     assert fresh.outcome == CellOutcome.AGREE and not fresh.diffs
+
+
+class _DepthReporting(ReferenceAdapter):
+    """Sends the stack depth it is stepped at as content: a parser whose result depends on it
+    (SGLang keeps the text of a JSON nested past the recursion limit) must be stepped at the
+    same depth alone as beside another stream, or the harness invents an isolation finding."""
+
+    name = "depth-reporting"
+
+    def open_stream(self, request):
+        def step(delta, finished):
+            return [StreamEvent(content=str(len(inspect.stack(0))))]
+
+        return step
+
+
+def test_a_stream_is_stepped_at_the_same_depth_alone_as_beside_another():
+    (delivery,) = dl.deliveries("Hi", "stream-interleaved", TOKENIZER)
+    result = execute(_DepthReporting(), Request(), delivery)
+    assert result.outcome == "ok"
+    assert not [v for v in result.meta["stream_violations"] if v["kind"] == "cross-stream"]
 
 
 @pytest.mark.parametrize(

@@ -86,32 +86,34 @@ def _isolated(
     adapter: Adapter, request: Request, delivery: Delivery
 ) -> tuple[Assembled, tuple[WireViolation, ...]]:
     """``stream-interleaved``: this stream stepped in turn with its partner, each held to what
-    it sends alone through a fresh parser state (a difference is the adapter's shared state,
-    vllm-project/vllm#54701)."""
+    it sends alone through a fresh parser state, stepped the same way (a difference is the
+    adapter's shared state, vllm-project/vllm#54701)."""
     partner, own = interleave(adapter, request, (delivery.partner, delivery.deltas))
+    # alone at the same stack depth as together: where a parser hits the recursion limit
+    # depends on it (SGLang keeps the text of a JSON nested too deep), and must not differ
+    (own_alone,) = interleave(adapter, request, (delivery.deltas,))
+    (partner_alone,) = interleave(adapter, request, (delivery.partner,))
     crossed = [
         StreamViolation(StreamKind.CROSS_STREAM, f"{which}: {difference}")
-        for which, interleaved, alone in (
-            ("this stream", own, adapter.parse_stream(request, delivery.deltas)),
-            ("the stream beside it", partner, adapter.parse_stream(request, delivery.partner)),
+        for which, beside, alone in (
+            ("this stream", own, own_alone),
+            ("the stream beside it", partner, partner_alone),
         )
-        if (difference := _first_difference(interleaved, alone))
+        if (difference := _first_difference(beside, alone))
     ]
     assembled = assemble(own)
     return replace(assembled, violations=assembled.violations + tuple(crossed)), ()
 
 
-def _first_difference(
-    interleaved: list[StreamEvent], alone: list[StreamEvent] | StreamReply
-) -> str | None:
+def _first_difference(beside: list[StreamEvent], alone: list[StreamEvent]) -> str | None:
     """Where a stream stepped beside another first sent other chunks than alone (None: it
     sent the same)."""
-    if isinstance(alone, StreamReply) or interleaved == alone:
+    if beside == alone:
         return None
-    for n, (beside, solo) in enumerate(zip(interleaved, alone)):
-        if beside != solo:
-            return f"chunk {n + 1} is {beside} beside another stream, {solo} alone"
-    return f"{len(interleaved)} chunks beside another stream, {len(alone)} alone"
+    for n, (one, other) in enumerate(zip(beside, alone)):
+        if one != other:
+            return f"chunk {n + 1} is {one} beside another stream, {other} alone"
+    return f"{len(beside)} chunks beside another stream, {len(alone)} alone"
 
 
 def execute(adapter: Adapter, request: Request, delivery: Delivery) -> Result:
