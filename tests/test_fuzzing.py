@@ -894,6 +894,11 @@ def test_fuzz_cli_with_two_workers_adds_up_their_executions(tmp_path):
     assert single.returncode == 0 and "200 executions" in single.stdout
     assert "--worker" not in single.stderr and "workers" not in single.stdout
     assert _fuzz_cli("reference", "--runs", "1", "--workers", "2").returncode == 2
+    # a mode the fuzzers do not take is refused before libFuzzer starts, not a "crash"
+    for mode in ("stream-coalesced", "server-stream", "stream-nothing"):
+        refused = _fuzz_cli("differential", "--runs", "1", "--delivery", mode)
+        assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
+        assert mode in refused.stderr
 
 
 CRASHING_WORKER = """

@@ -161,10 +161,15 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         raise UsageError("give --seconds N or --runs N (fuzzing never ends by itself)")
     if any(limit is not None and limit <= 0 for limit in (args.seconds, args.runs)):
         raise UsageError("--seconds and --runs must be more than 0 (0 means no limit to libFuzzer)")
-    from k2conform.fuzzing.engine import refuse_other_family
+    from k2conform.fuzzing.engine import FUZZ_MODES, refuse_other_family
 
     for name in args.adapter or ():  # an unknown name is a usage error before any process starts
         refuse_other_family(create_adapter(name))
+    unknown = [m for m in args.delivery or () if m not in FUZZ_MODES]
+    if unknown:  # likewise: the target would only find out inside libFuzzer's process
+        raise UsageError(
+            f"no fuzz delivery mode {', '.join(unknown)} (known: {', '.join(FUZZ_MODES)})"
+        )
     if args.workers < 1 or (args.runs is not None and args.runs < args.workers):
         raise UsageError("--workers N: at least 1, and no more than --runs")
     dirs = list(args.corpus_dirs)
