@@ -72,12 +72,16 @@ def test_parse_recorded_deltas_and_thinking():
         (["parse", "--delivery", "stream-recorded"], '{"model_output": ""}', "needs 'deltas'"),
         (["render"], "{}", "'messages' is required"),
         (["run", "--delivery", "whole", "--opt-in", "stream-holdback"], "", "--opt-in adds to"),
+        # a tokenizer that cannot load, said once before any cell (was: a worker's traceback)
+        (["run", "--tokenizer", "/nonexistent"], "", "--tokenizer /nonexistent: "),
+        (["parse", "--tokenizer", "/nonexistent"], '{"model_output": ""}', "--tokenizer"),
     ],
 )
 def test_usage_errors_exit_2_with_one_line(args, stdin, message):
     completed = run(*args, stdin=stdin)
     assert completed.returncode == 2
     assert message in completed.stderr and "Traceback" not in completed.stderr
+    assert len(completed.stderr.strip().splitlines()) == 1, completed.stderr
 
 
 @pytest.mark.slow

@@ -46,11 +46,17 @@ class CellSettings:
         """A command's ``--seed``, ``--burst``, ``--tokenizer`` and ``--timeout``; a bad one is a
         usage error."""
         try:
-            return cls(
+            settings = cls(
                 seed=args.seed, burst=args.burst, tokenizer=args.tokenizer, deadline=args.timeout
             )
         except ValueError as error:
             raise UsageError(str(error)) from None
+        if settings.tokenizer is not None:
+            try:  # a tokenizer that cannot load is the user's, said before any cell runs
+                _tokenizer(settings)
+            except (ValueError, OSError) as error:
+                raise UsageError(f"--tokenizer {settings.tokenizer}: {error}") from None
+        return settings
 
     def for_adapter(self, adapter: Any) -> CellSettings:
         """The settings with the deadline an adapter asks for when it needs longer
