@@ -70,7 +70,7 @@ matrix-servers: servers
 
 # The server lane's guard (.ci/run, when .ci/lanes.py finds its inputs unchanged since its last
 # full pass): the real server on the release guard's cases, every server-only case and every
-# Kimi K3 case (55, the K3 server's whole lane).
+# Kimi K3 case (56, the K3 server's whole lane).
 SERVER_GUARD = $(RELEASE_GUARD) --case '*server*' --case '*_k3_*'
 matrix-servers-guard:
 	$(MAKE) matrix-servers SERVER_CASES="$(SERVER_GUARD)"

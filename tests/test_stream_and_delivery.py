@@ -283,3 +283,45 @@ def test_a_burst_cells_variant_reads_back_its_tokens_per_delta():
     assert dl.ONE_SHOT_MODES == ("whole", "server-whole")
     assert dl.Delivery("stream-4char", ()).streaming  # the benchmark's own delivery
     assert not dl.Delivery("whole", ()).streaming
+
+
+def test_a_long_argument_delta_from_a_finely_fed_stream_is_held_back():
+    """Liveness (judge.stream.HELD_BACK): one argument delta of HELD_BACK characters or more is
+    held back when the stream was fed deltas a sixteenth its size or less; fed coarser, or
+    not known to be fed finely, it is not."""
+    from k2conform.judge.stream import HELD_BACK, HELD_BACK_RATIO
+
+    def kinds(size, fed):
+        events = [
+            StreamEvent(tool_calls=(ToolCallDelta(0, "c", "f", '{"a": "'),)),
+            StreamEvent(tool_calls=(ToolCallDelta(0, arguments="x" * size),)),
+        ]
+        return [v.kind for v in assemble(events, fed).violations]
+
+    assert kinds(HELD_BACK, 1) == [StreamKind.HELD_BACK]
+    assert kinds(HELD_BACK - 1, 1) == []
+    assert kinds(HELD_BACK * 2, HELD_BACK * 2 // HELD_BACK_RATIO) == [StreamKind.HELD_BACK]
+    assert kinds(HELD_BACK * 2, HELD_BACK * 2 // HELD_BACK_RATIO + 1) == []
+    assert kinds(HELD_BACK * 4, None) == []
+
+
+def test_liveness_is_not_judged_on_an_open_point():
+    """An ``i_`` case's reading may need the whole call (ID.foreign names a call from its
+    arguments): a held-back call there is no finding; on a ``y_`` case it is ``liveness``."""
+    from dataclasses import replace
+
+    from k2conform.case.corpus import load_corpus
+    from k2conform.judge.cell import judge_result
+    from k2conform.model import Result
+
+    case = next(c for c in load_corpus().completions if c.id == "y_k3_long_argument")
+    held = Result(
+        content=case.expected.content,
+        reasoning=case.expected.reasoning,
+        tool_calls=case.expected.tool_calls,
+        meta={"stream_violations": [{"kind": "arguments-held-back", "detail": "chunk 1: ..."}]},
+    )
+    outcome, diffs, _ = judge_result(case, held, None)
+    assert outcome.value == "differs" and [d.field for d in diffs] == ["liveness"]
+    outcome, diffs, _ = judge_result(replace(case, id="i" + case.id[1:]), held, None)
+    assert outcome.value == "impl-defined" and diffs == []

@@ -110,6 +110,9 @@ class StreamKind(StrEnum):
     #: the stream, or the one stepped beside it, sent other chunks than alone
     #: (``stream-interleaved``: a parser state one stream shares with another)
     CROSS_STREAM = "cross-stream"
+    #: a long call's arguments sent in one delta from a finely fed stream
+    #: (``judge.stream.HELD_BACK``: liveness)
+    HELD_BACK = "arguments-held-back"
 
 
 @dataclass(frozen=True)
@@ -137,7 +140,8 @@ def stream_violations(result: Result) -> tuple[StreamViolation, ...]:
 
 #: The closed set of fields a difference can name, in report order.
 #: ``isolation``: a stream sent other chunks while another stream went through the same
-#: adapter (``stream-interleaved``).  ``grammar``: an engine's grammar rejects a well-formed
+#: adapter (``stream-interleaved``).  ``liveness``: a long call's arguments held back to one
+#: delta (``judge.stream.HELD_BACK``).  ``grammar``: an engine's grammar rejects a well-formed
 #: output or admits one outside its request (``k2conform grammar``).  ``wire:KIND``: a server's
 #: bytes break that rule of the wire contract (``judge.wire``: the SSE framing, usage, the
 #: finish_reason's value, ...).
@@ -151,6 +155,7 @@ DIFF_FIELDS = (
     "index",
     "stream-invariant",
     "isolation",
+    "liveness",
     "finish_reason",
     *(f"wire:{kind.value}" for kind in WireKind),
     "grammar",

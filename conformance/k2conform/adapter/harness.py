@@ -53,15 +53,15 @@ def guarded(call: Callable[[], T]) -> T | Result:
 
 
 def _assembled(
-    reply: list[StreamEvent] | StreamReply,
+    reply: list[StreamEvent] | StreamReply, fed: int | None
 ) -> tuple[Assembled, tuple[WireViolation, ...]]:
     """The stream as a client reassembles it, and the wire violations a server adapter read.
     (Called on the adapter's reply, not around the call: the parser runs at the stack depth
     it always ran at, which decides where a deeply nested output hits Python's recursion
     limit.)"""
     if isinstance(reply, StreamReply):
-        return assemble(reply.events), reply.wire
-    return assemble(reply), ()
+        return assemble(reply.events, fed), reply.wire
+    return assemble(reply, fed), ()
 
 
 def interleave(
@@ -101,7 +101,7 @@ def _isolated(
         )
         if (difference := _first_difference(beside, alone))
     ]
-    assembled = assemble(own)
+    assembled = assemble(own, delivery.fed)
     return replace(assembled, violations=assembled.violations + tuple(crossed)), ()
 
 
@@ -122,13 +122,13 @@ def execute(adapter: Adapter, request: Request, delivery: Delivery) -> Result:
     parser made of it is not judged, only whether it then crashed (``meta.prelude``)."""
     prelude = None
     if delivery.prelude:
-        earlier = guarded(lambda: _assembled(adapter.parse_stream(request, delivery.prelude)))
+        earlier = guarded(lambda: _assembled(adapter.parse_stream(request, delivery.prelude), None))
         prelude = earlier.outcome.value if isinstance(earlier, Result) else "ok"
     if delivery.streaming:
         streamed = guarded(
             (lambda: _isolated(adapter, request, delivery))
             if delivery.partner
-            else (lambda: _assembled(adapter.parse_stream(request, delivery.deltas)))
+            else (lambda: _assembled(adapter.parse_stream(request, delivery.deltas), delivery.fed))
         )
         if isinstance(streamed, Result):
             result = streamed

@@ -36,6 +36,8 @@ KINDS: tuple[str, ...] = (
     "leaked-marker",  # marker bytes in content or reasoning that the expectation does not have
     "content-drift",  # content differs otherwise (implied by leaked-marker, so not listed with it)
     "reasoning-drift",  # reasoning differs otherwise
+    # a long call's arguments held back to one delta (``judge.stream.HELD_BACK``: liveness)
+    "held-back",
     "broken-stream",  # the stream broke a client invariant (id/name resent, index gap)
 )
 
@@ -105,6 +107,8 @@ def classify(expected: Result, observed: Result, output: str | None = None) -> t
     for violation in stream_violations(observed):
         if violation.kind is StreamKind.CROSS_STREAM:
             kinds.add("cross-stream")
+        elif violation.kind is StreamKind.HELD_BACK:
+            kinds.add("held-back")
         elif violation.kind is not StreamKind.MARKER_IN_CONTENT:
             kinds.add("broken-stream")
     return tuple(k for k in KINDS if k in kinds)

@@ -5,7 +5,8 @@ concatenates argument fragments; content and reasoning fragments are concatenate
 The stream itself must keep the invariants clients rely on: a call's id and name are
 sent once, with its first delta; indexes are contiguous from 0 in order of first
 appearance; no marker bytes reach content; nothing follows the chunk that carries
-``finish_reason`` (server adapters report it; it becomes the result's ``meta.finish_reason``).
+``finish_reason`` (server adapters report it; it becomes the result's ``meta.finish_reason``);
+a call's arguments go out as they come (:data:`HELD_BACK`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,16 @@ from k2conform.model import (
 )
 
 
+#: Liveness, a named policy (vllm-project/vllm#50604: arguments held until the call closes make
+#: a client's stream-idle watchdog time out while a long call is generated): a stream fed
+#: deltas of at most ``fed`` characters that sends one argument delta of at least
+#: ``max(HELD_BACK, HELD_BACK_RATIO * fed)`` characters held the call's arguments back.  The
+#: ratio leaves room for JSON escapes (at most 6 characters for one) and a marker's worth of
+#: text held at a delta's end; fed whole (one delta), a stream holds nothing back.
+HELD_BACK = 1024
+HELD_BACK_RATIO = 16
+
+
 @dataclass
 class _Assembling:
     id: str | None = None
@@ -38,8 +49,10 @@ class Assembled:
     chunks: int
 
 
-def assemble(events: Iterable[StreamEvent | None]) -> Assembled:
-    """The result a client ends up with, plus every stream invariant the events broke."""
+def assemble(events: Iterable[StreamEvent | None], fed: int | None = None) -> Assembled:
+    """The result a client ends up with, plus every stream invariant the events broke;
+    ``fed``: the longest delta of model output the stream was made from (None: unknown, no
+    liveness check)."""
     content: list[str | None] = []
     reasoning: list[str | None] = []
     calls: dict[int, _Assembling] = {}
@@ -95,6 +108,15 @@ def assemble(events: Iterable[StreamEvent | None]) -> Assembled:
                 call.name = call.name if call.name is not None else delta.name
             if delta.arguments:
                 call.arguments.append(delta.arguments)
+                if fed is not None and len(delta.arguments) >= max(
+                    HELD_BACK, HELD_BACK_RATIO * fed
+                ):
+                    broke(
+                        StreamKind.HELD_BACK,
+                        f"{len(delta.arguments)} characters of index {delta.index}'s arguments "
+                        f"in one delta (fed at most {fed} a delta; argument deltas before: "
+                        f"{len(call.arguments) - 1})",
+                    )
     tool_calls = tuple(
         ToolCall(name=calls[i].name or "", arguments="".join(calls[i].arguments), id=calls[i].id)
         for i in sorted(calls)

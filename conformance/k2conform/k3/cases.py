@@ -406,11 +406,23 @@ def _table(rng: random.Random) -> Iterator[tuple[str, str, str, str, Mapping[str
     yield (
         "n_k3_max_tokens_inside_call",
         "K3.truncation",
-        "The output ends inside a call's argument (max_tokens): no call",
+        "The output ends inside a call's string argument (max_tokens): the call is kept as "
+        "far as it came, its value's text so far",
         FORMAT,
         think,
         f"r{THINK_END}{TOOLS_OPEN}{opener('call', {'tool': 'get_weather', 'index': '1'})}"
         + f"{opener('argument', {'key': 'city', 'type': 'string'})}Par",
+    )
+    yield (
+        "n_k3_max_tokens_inside_typed_value",
+        "K3.truncation",
+        "The output ends inside a call's number argument (max_tokens): the call is kept with "
+        "the arguments before it (a typed value goes out only whole)",
+        "https://github.com/vllm-project/vllm/pull/50628",
+        think,
+        f"r{THINK_END}{TOOLS_OPEN}{opener('call', {'tool': 'get_weather', 'index': '1'})}"
+        + argument("city", "Paris")
+        + f"{opener('argument', {'key': 'days', 'type': 'number'})}1",
     )
     yield (
         "n_k3_max_tokens_after_open",

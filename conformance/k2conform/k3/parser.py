@@ -9,8 +9,10 @@ The format (docs/k3.md): the output starts inside the channel the generation pro
 ``<|close|>call<|sep|>``; the message ends with ``<|close|>message<|sep|>`` and
 ``<|end_of_msg|>``.  A value runs to the first ``<|close|>argument<|sep|>`` (the format has no
 escape); ids are not in the output (the server mints them, parse cells do not judge them).
-A call is streamed whole when it closes: its name and its arguments (a JSON object) in one
-delta.
+A call streams as it comes (vllm-project/vllm#50604: a client times out on arguments held to
+the call's close): its name with its header, its arguments as a prefix of their JSON object,
+a string value's text as it arrives, a typed value when its closer makes it whole.  The
+one-shot parse builds the same text the same way.
 """
 
 from __future__ import annotations
@@ -61,9 +63,17 @@ POLICIES: dict[str, str] = {
         "A type outside the six is decoded as JSON when it decodes, else kept raw; no type "
         "means string."
     ),
-    "K3.duplicate-key": "A key given twice keeps its last value.",
+    "K3.duplicate-key": (
+        "A key given twice is in the arguments twice, in order (a stream has sent the first "
+        "already); a JSON reader keeps the last."
+    ),
     "K3.call-without-tool": "A call without a non-empty tool attribute is dropped.",
-    "K3.unclosed-call": "A call the output ends inside, or another tag ends, is dropped.",
+    "K3.unclosed-call": (
+        "A call the output ends inside, or another tag ends, is kept as far as it came (a "
+        "stream has sent its name and arguments already): an open string value with its text "
+        "so far, an open typed value dropped, the arguments object closed "
+        "(vllm-project/vllm PR #50628 closes such calls the same way)."
+    ),
     "K3.unclosed-channel": (
         "A channel the output or the message closer ends inside is closed there: its text "
         "counts, the closer never is content (vllm-project/vllm#51399)."
@@ -112,10 +122,11 @@ class K3Parser:
         self._policies: list[str] = []
         self._fire("K3.start")
         self._tool: str | None = None  # the open call's tool attribute
-        self._index: str | None = None  # and its index attribute
-        self._arguments: dict[str, Any] = {}
+        self._announced = False  # whether the open call is a call of the reply (and streams)
+        self._arguments: list[str] = []  # its arguments' JSON text so far
+        self._keys: set[str] = set()
         self._argument: tuple[str, str | None] = ("", None)  # the open argument's key, type
-        self._value: list[str] = []
+        self._value: list[str] = []  # a typed value's text (a string value streams)
         self._trailing: list[str] = []  # what came after the message's end
         self._furthest = CHANNELS.index(self._state.value)  # the latest channel in order seen
 
@@ -130,7 +141,7 @@ class K3Parser:
         data, self._pending = self._pending, ""
         self._scan(data, final=True)
         if self._state in (State.CALL, State.ARGUMENT):
-            self._fire("K3.unclosed-call")
+            self._unclosed_call()
         elif self._state in (State.THINK, State.RESPONSE, State.TOOLS):
             self._fire("K3.unclosed-channel")
         self._state = State.DONE
@@ -180,11 +191,11 @@ class K3Parser:
         """An argument value up to its closer; a tail that may begin the closer waits."""
         end = data.find(ARGUMENT_CLOSER, pos)
         if end >= 0:
-            self._value.append(data[pos:end])
+            self._value_text(data[pos:end])
             self._end_argument()
             return end + len(ARGUMENT_CLOSER)
         held = 0 if final else _closer_prefix(data, pos)
-        self._value.append(data[pos : len(data) - held])
+        self._value_text(data[pos : len(data) - held])
         self._pending = data[len(data) - held :]
         return len(data)
 
@@ -194,7 +205,7 @@ class K3Parser:
         after = start + len(marker)
         if marker == END_OF_MSG:
             if self._state is State.CALL:
-                self._fire("K3.unclosed-call")
+                self._unclosed_call()
             self._state = State.DONE
             return after
         if marker == SEP:
@@ -225,7 +236,7 @@ class K3Parser:
         state = self._state
         if marker == CLOSE and name == "message" and not attributes:
             if state in (State.CALL, State.ARGUMENT):
-                self._fire("K3.unclosed-call")
+                self._unclosed_call()
             elif state.value in CHANNELS:
                 self._fire("K3.unclosed-channel")
             self._state = State.DONE
@@ -233,16 +244,13 @@ class K3Parser:
         if state is State.CALL:
             if marker == OPEN and name == "argument":
                 attrs = _attributes(attributes)
-                self._argument = (attrs.get("key", ""), attrs.get("type"))
-                self._value = []
-                self._state = State.ARGUMENT
+                self._open_argument(attrs.get("key", ""), attrs.get("type"))
                 return True
             if marker == CLOSE and name == "call" and not attributes:
                 self._end_call()
                 return True
             if name in ("call", "tools") + CHANNELS:
-                self._fire("K3.unclosed-call")
-                self._state = State.TOOLS
+                self._unclosed_call()
                 return self._tag(marker, head)
             return False
         if marker == OPEN and name in CHANNELS and not attributes:
@@ -259,44 +267,87 @@ class K3Parser:
             self._state = State.TOP
             return True
         if state is State.TOOLS and marker == OPEN and name == "call":
-            attrs = _attributes(attributes)
-            self._tool, self._index = attrs.get("tool"), attrs.get("index")
-            self._arguments = {}
-            self._state = State.CALL
+            self._open_call(_attributes(attributes))
             return True
         return False
 
-    def _end_argument(self) -> None:
-        key, kind = self._argument
-        raw = "".join(self._value)
-        value: Any = raw
+    # -- calls: streamed as they come, and built the same way whole -------------------
+
+    def _open_call(self, attrs: dict[str, str]) -> None:
+        """A call's header: the call is the reply's (and its name goes out) unless it has no
+        tool or no call is allowed; those are parsed alike and withheld."""
+        self._state = State.CALL
+        self._tool, self._arguments, self._keys = attrs.get("tool"), [], set()
+        self._announced = bool(self._tool) and self._calls_allowed
+        if not self._announced:
+            return
+        index = len(self._calls)
+        if attrs.get("index") not in (None, str(index + 1)):
+            self._fire("K3.index")
+        self._events.append(("call", index, None, self._tool))
+
+    def _open_argument(self, key: str, kind: str | None) -> None:
+        self._state = State.ARGUMENT
+        self._argument, self._value = (key, kind), []
+        if key in self._keys:
+            self._fire("K3.duplicate-key")
+        self._keys.add(key)
         if kind is None:
             self._fire("K3.unknown-type")
-        elif kind != "string":
-            self._fire("K3.typed-value" if kind in TYPES else "K3.unknown-type")
-            try:
-                value = json.loads(raw)
-            except ValueError:
-                self._fire("K3.typed-value-not-json")
-        if key in self._arguments:
-            self._fire("K3.duplicate-key")
-        self._arguments[key] = value
+        if kind in (None, "string"):  # raw text: it streams, escaped, as it arrives
+            self._argument_text(f'{self._key_prefix(key)}"')
+
+    def _value_text(self, text: str) -> None:
+        if not text:
+            return
+        if self._argument[1] in (None, "string"):
+            self._argument_text(json.dumps(text, ensure_ascii=False)[1:-1])
+        else:
+            self._value.append(text)
+
+    def _end_argument(self) -> None:
+        """An argument's closer: a string value's closing quote, or a typed value, whole."""
         self._state = State.CALL
+        key, kind = self._argument
+        if kind in (None, "string"):
+            self._argument_text('"')
+            return
+        self._fire("K3.typed-value" if kind in TYPES else "K3.unknown-type")
+        raw = "".join(self._value)
+        value: Any = raw
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            self._fire("K3.typed-value-not-json")
+        self._argument_text(self._key_prefix(key) + json.dumps(value, ensure_ascii=False))
+
+    def _key_prefix(self, key: str) -> str:
+        """What comes before an argument's value: the object's opening or a separator."""
+        return ("{" if not self._arguments else ", ") + json.dumps(key, ensure_ascii=False) + ": "
+
+    def _argument_text(self, text: str) -> None:
+        self._arguments.append(text)
+        if self._announced:
+            self._events.append(("args", len(self._calls), text))
 
     def _end_call(self) -> None:
         self._state = State.TOOLS
+        self._argument_text("}" if self._arguments else "{}")
         if not self._tool:
             self._fire("K3.call-without-tool")
-            return
-        if not self._calls_allowed:
+        elif not self._calls_allowed:
             self._fire("K3.no-calls-allowed")
-            return
-        index = len(self._calls)
-        if self._index is not None and self._index != str(index + 1):
-            self._fire("K3.index")
-        arguments = json.dumps(self._arguments, ensure_ascii=False)
-        self._calls.append(ToolCall(name=self._tool, arguments=arguments))
-        self._events += [("call", index, None, self._tool), ("args", index, arguments)]
+        else:
+            self._calls.append(ToolCall(name=self._tool, arguments="".join(self._arguments)))
+
+    def _unclosed_call(self) -> None:
+        """A call ended before its closer: kept as far as it came (``K3.unclosed-call``)."""
+        self._fire("K3.unclosed-call")
+        if self._state is State.ARGUMENT:
+            if self._argument[1] in (None, "string"):
+                self._argument_text('"')
+            self._state = State.CALL
+        self._end_call()
 
     def _text(self, text: str) -> None:
         if not text:

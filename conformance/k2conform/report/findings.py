@@ -198,7 +198,7 @@ def repro_command(cell: Cell, seed: int) -> str:
 
 #: Differences a standalone script cannot show: it prints the message a client ends up with,
 #: and these are in how the stream or the wire delivered it, not in that message.
-_DELIVERY_ONLY = ("index", "stream-invariant", "isolation", "wire:")
+_DELIVERY_ONLY = ("index", "stream-invariant", "isolation", "liveness", "wire:")
 
 
 def script_cannot_show(cell: Cell) -> str | None:
