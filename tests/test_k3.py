@@ -116,5 +116,5 @@ def test_both_engines_hold_a_long_call_back_to_its_close(adapter):
         return [v for v in assemble(events, fed).violations if v.kind is StreamKind.HELD_BACK]
 
     (violation,) = held(adapter)
-    assert "argument deltas before: 0" in violation.detail
+    assert "sent before it: 0 characters" in violation.detail
     assert held("reference-k3") == []

@@ -305,6 +305,22 @@ def test_a_long_argument_delta_from_a_finely_fed_stream_is_held_back():
     assert kinds(HELD_BACK * 4, None) == []
 
 
+def test_a_long_delta_that_repeats_what_was_streamed_is_no_hold_back():
+    """A finishing step that resends a call's whole arguments after streaming them (vLLM
+    0.10-0.11 with bursts, EasyDeL's final-delta check) is judged by the arguments it
+    duplicates, not as liveness: the client was not kept waiting."""
+    from k2conform.judge.stream import HELD_BACK
+
+    streamed = [
+        StreamEvent(tool_calls=(ToolCallDelta(0, arguments="x" * 8),)) for _ in range(HELD_BACK)
+    ]
+    events = [StreamEvent(tool_calls=(ToolCallDelta(0, "c", "f", ""),)), *streamed]
+    resent = StreamEvent(tool_calls=(ToolCallDelta(0, arguments="x" * HELD_BACK * 8),))
+    assert assemble([*events, resent], 8).violations == ()
+    half = [events[0], *streamed[: HELD_BACK // 8], resent]  # held back most of it
+    assert [v.kind for v in assemble(half, 8).violations] == [StreamKind.HELD_BACK]
+
+
 def test_liveness_is_not_judged_on_an_open_point():
     """An ``i_`` case's reading may need the whole call (ID.foreign names a call from its
     arguments): a held-back call there is no finding; on a ``y_`` case it is ``liveness``."""

@@ -28,9 +28,11 @@ from k2conform.model import (
 #: Liveness, a named policy (vllm-project/vllm#50604: arguments held until the call closes make
 #: a client's stream-idle watchdog time out while a long call is generated): a stream fed
 #: deltas of at most ``fed`` characters that sends one argument delta of at least
-#: ``max(HELD_BACK, HELD_BACK_RATIO * fed)`` characters held the call's arguments back.  The
-#: ratio leaves room for JSON escapes (at most 6 characters for one) and a marker's worth of
-#: text held at a delta's end; fed whole (one delta), a stream holds nothing back.
+#: ``max(HELD_BACK, HELD_BACK_RATIO * fed)`` characters, more than twice what it sent of that
+#: call's arguments before, held the call's arguments back.  The ratio leaves room for JSON
+#: escapes (at most 6 characters for one) and a marker's worth of text held at a delta's end;
+#: fed whole (one delta), a stream holds nothing back; a delta that repeats arguments streamed
+#: before it (a finishing step's resend, judged as the arguments it duplicates) is no hold-back.
 HELD_BACK = 1024
 HELD_BACK_RATIO = 16
 
@@ -107,16 +109,16 @@ def assemble(events: Iterable[StreamEvent | None], fed: int | None = None) -> As
                 call.id = call.id if call.id is not None else delta.id
                 call.name = call.name if call.name is not None else delta.name
             if delta.arguments:
-                call.arguments.append(delta.arguments)
-                if fed is not None and len(delta.arguments) >= max(
-                    HELD_BACK, HELD_BACK_RATIO * fed
-                ):
+                size, before = len(delta.arguments), sum(map(len, call.arguments))
+                threshold = max(HELD_BACK, HELD_BACK_RATIO * fed) if fed is not None else None
+                if threshold is not None and size >= threshold and size > 2 * before:
                     broke(
                         StreamKind.HELD_BACK,
-                        f"{len(delta.arguments)} characters of index {delta.index}'s arguments "
-                        f"in one delta (fed at most {fed} a delta; argument deltas before: "
-                        f"{len(call.arguments) - 1})",
+                        f"{size} characters of index {delta.index}'s arguments in one delta "
+                        f"(fed at most {fed} a delta; sent before it: {before} characters in "
+                        f"{len(call.arguments)} deltas)",
                     )
+                call.arguments.append(delta.arguments)
     tool_calls = tuple(
         ToolCall(name=calls[i].name or "", arguments="".join(calls[i].arguments), id=calls[i].id)
         for i in sorted(calls)
