@@ -25,6 +25,7 @@ from k2conform.model import Delta
 
 if TYPE_CHECKING:  # the contract names the delivery modes: typing only, no import cycle
     from k2conform.adapter.contract import Adapter
+    from k2conform.case.corpus import CompletionCase
 
 
 @dataclass(frozen=True)
@@ -296,6 +297,25 @@ def case_seed(base_seed: int, case_id: str) -> int:
     """A stable per-case seed: the same run seed and case id give the same splits anywhere."""
     digest = hashlib.sha256(f"{base_seed}:{case_id}".encode()).digest()
     return int.from_bytes(digest[:4], "big")
+
+
+def case_deliveries(
+    case: CompletionCase, mode: str, tokenizer: Tokenizer, *, seed: int, burst: int = DEFAULT_BURST
+) -> list[Delivery]:
+    """A case's deliveries in ``mode`` exactly as the matrix makes them (``seed``: the run's;
+    each case draws from its own, :func:`case_seed`), so a report or a re-run of one cell
+    delivers what its cell was judged on."""
+    return deliveries(
+        case.model_output,
+        mode,
+        tokenizer,
+        seed=case_seed(seed, case.id),
+        recorded=case.deltas,
+        burst=burst,
+        tool=cutoff_tool(case.request.tool_names),
+        spelled=case.spelled_markers,
+        family=case.family,
+    )
 
 
 def deliveries(
