@@ -56,15 +56,25 @@ matrix-grammar: grammars
 		--html report/grammar/index.html --json report/grammar/results.json --markdown report/grammar/summary.md
 
 # The real-server lane: the whole corpus through the real vLLM server (both server modes; the
-# Kimi K3 cases through a second server running the kimi_k3 parsers, after the first), merged
-# and gated by its own reviewed baseline.  About 7 minutes on 2 cores; .ci/run runs it after the tests.
+# Kimi K3 cases through a second server running the kimi_k3 parsers, after the first), then
+# SERVER_CONCURRENT's cases in server-concurrent (each alone, then 8 copies at once; two cells a
+# time, so up to 18 requests in flight, past the 16 the server schedules), merged and gated by
+# its own reviewed baseline.  About 15 minutes on 2 cores; .ci/run runs it after the tests.
+SERVER_CONCURRENT := --case 'y_spec_*' --case 'y_par_*_[2-4]_calls' --case y_k3_parallel_calls \
+	--case y_k3_think_response_call
 matrix-servers: servers
 	for server in vllm-server vllm-server-k3; do \
 		$(BIN)/k2conform run --adapter $$server $(SERVER_CASES) --json report/servers/$$server.json; \
 		[ $$? -le 1 ] || exit 2; \
+		$(BIN)/k2conform run --adapter $$server --delivery server-concurrent $(SERVER_CONCURRENT) \
+			--jobs 2 --json report/servers/$$server-concurrent.json; \
+		[ $$? -le 1 ] || exit 2; \
 	done  # one server at a time: two at once starve each other on 2 cores
+	$(BIN)/k2conform merge report/servers/vllm-server-concurrent.json \
+		report/servers/vllm-server-k3-concurrent.json --json report/servers/concurrent.json; \
+		[ $$? -le 1 ] || exit 2
 	$(BIN)/k2conform merge report/servers/vllm-server.json report/servers/vllm-server-k3.json \
-		--baseline baseline-servers.json \
+		report/servers/concurrent.json --baseline baseline-servers.json \
 		--html report/servers/index.html --json report/servers/results.json --markdown report/servers/summary.md
 	[ -n "$(SERVER_CASES)" ] || $(PYTHON) .ci/lanes.py record servers
 

@@ -225,3 +225,64 @@ def test_the_in_process_parsers_open_streams(name):
     assert "stream-interleaved" in dl.adapter_modes(adapter)
     assert "stream-interleaved" not in dl.planned_modes(adapter)
     assert "stream-interleaved" in dl.planned_modes(adapter, ("stream-interleaved",))
+
+
+# -- server-concurrent ------------------------------------------------------------------------
+
+
+class _ServerLike(ReferenceAdapter):
+    """A server adapter's shape: takes the server modes, parses a stream whole per request.
+    ``loses_calls``: a request sent while another is in flight loses its calls and finishes
+    with ``stop`` (vllm-project/vllm#54701's symptom)."""
+
+    name = "server-like"
+    delivery_modes = dl.SERVER_MODES
+
+    def __init__(self, loses_calls: bool):
+        import threading
+
+        self.loses_calls = loses_calls
+        self.lock = threading.Lock()
+        self.in_flight = 0
+        self.most_in_flight = 0
+
+    def parse_stream(self, request, deltas):
+        import time
+
+        with self.lock:
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        time.sleep(0.05)
+        try:
+            events = [e for d in deltas for e in (ReferenceParser(request).feed(d.text),) if e]
+            events.append(StreamEvent(finish_reason="tool_calls"))
+            crowded = self.most_in_flight > 1  # once others came, every later request
+        finally:
+            with self.lock:
+                self.in_flight -= 1
+        if self.loses_calls and crowded:
+            return [StreamEvent(content=None, finish_reason="stop")]
+        return events
+
+
+def test_server_concurrent_sends_the_copies_at_once_and_holds_each_to_the_one_alone():
+    (delivery,) = dl.deliveries(TWO_CALLS.model_output, "server-concurrent", TOKENIZER)
+    assert delivery.copies == dl.CONCURRENT_STREAMS and "server-concurrent" in dl.OPT_IN_MODES
+    sound = _ServerLike(loses_calls=False)
+    result = execute(sound, TWO_CALLS.request, delivery)
+    assert sound.most_in_flight == dl.CONCURRENT_STREAMS  # the barrier: all in flight at once
+    assert not result.meta["stream_violations"] and len(result.tool_calls) == 2
+    cell = run_cell(sound, TWO_CALLS, "server-concurrent", SETTINGS)
+    assert cell.outcome == CellOutcome.AGREE
+
+
+def test_calls_lost_only_beside_other_requests_are_an_isolation_difference():
+    crowded = _ServerLike(loses_calls=True)
+    assert run_cell(crowded, TWO_CALLS, "server-stream", SETTINGS).outcome == CellOutcome.AGREE
+    cell = run_cell(crowded, TWO_CALLS, "server-concurrent", SETTINGS)
+    assert cell.outcome == CellOutcome.DIFFERS
+    isolation = [d.observed for d in cell.diffs if d.field == "isolation"]
+    assert len(isolation) == dl.CONCURRENT_STREAMS
+    assert isolation[0].startswith(f"stream 1 of {dl.CONCURRENT_STREAMS}: count 0 beside")
+    assert "finish_reason 'stop' beside the others, 'tool_calls' alone" in isolation[0]
+    assert cell.observed.tool_calls == ()  # the result is what the losing client saw

@@ -56,12 +56,11 @@ from typing import Any
 from k2conform import markers
 from k2conform.adapter import Adapter, AdapterGlueError, AdapterUnavailable, call_parser
 from k2conform.adapter.glue import RandomIds, event_of, tool_calls_of
+from k2conform.delivery.modes import SERVER_MODES
 from k2conform.judge.wire import check_stream, check_whole, parse_sse
 from k2conform.k3 import markers as k3_markers
 from k2conform.model import Delta, Request, Result, StreamEvent, StreamReply
 from k2conform.resources import checkout_root
-
-SERVER_MODES = ("server-whole", "server-stream")
 
 
 def env_name(adapter: str, what: str) -> str:

@@ -18,8 +18,10 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 from abc import ABC, abstractmethod
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
+from threading import Barrier
 from types import ModuleType
 from typing import Any, Callable, ClassVar, Iterator, Sequence, TypeVar
 
@@ -183,6 +185,24 @@ class Adapter(ABC):
         for delta, finished in stream_steps(deltas):
             events.extend(step(delta, finished))
         return events
+
+    def parse_concurrent(
+        self, request: Request, deltas: Sequence[Delta], copies: int
+    ) -> list[list[StreamEvent] | StreamReply]:
+        """The same stream sent ``copies`` times at once (``server-concurrent``): each copy
+        on a thread of its own, started together past a barrier, so all are in flight in
+        the server at the same time.  The default fits a server adapter, whose
+        :meth:`parse_stream` is a request that other threads' requests may share a client
+        with; the first copy to fail fails the parse."""
+        barrier = Barrier(copies)
+
+        def one() -> list[StreamEvent] | StreamReply:
+            barrier.wait()
+            return self.parse_stream(request, deltas)
+
+        with ThreadPoolExecutor(copies) as pool:
+            futures = [pool.submit(one) for _ in range(copies)]
+            return [future.result() for future in futures]
 
     def open_stream(self, request: Request) -> StreamStep:
         """A new stream's parser state, as its server sets one up for a request: each call

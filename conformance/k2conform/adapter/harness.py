@@ -28,6 +28,7 @@ from k2conform.model import (
     StreamViolation,
     WireViolation,
 )
+from k2conform.judge.compare import compare_results
 from k2conform.judge.stream import Assembled, assemble
 
 T = TypeVar("T")
@@ -116,6 +117,72 @@ def _first_difference(beside: list[StreamEvent], alone: list[StreamEvent]) -> st
     return f"{len(beside)} chunks beside another stream, {len(alone)} alone"
 
 
+def _concurrent(
+    adapter: Adapter, request: Request, delivery: Delivery
+) -> tuple[Assembled, tuple[WireViolation, ...]]:
+    """``server-concurrent``: the stream alone, then ``delivery.copies`` copies at once, each
+    held to what the one alone gave a client (the reply, its finish_reason and which
+    invariants it broke: how a loaded server groups tokens into chunks may differ, what the
+    client assembles may not).  The result is the first copy that differs, else the one
+    alone."""
+    alone = _assembled(adapter.parse_stream(request, delivery.deltas), delivery.fed)
+    together = [
+        _assembled(reply, delivery.fed)
+        for reply in adapter.parse_concurrent(request, delivery.deltas, delivery.copies)
+    ]
+    crossed = [
+        (n, StreamViolation(StreamKind.CROSS_STREAM, f"stream {n + 1} of {len(together)}: {what}"))
+        for n, copy in enumerate(together)
+        if (what := _seen_differently(alone, copy))
+    ]
+    if not crossed:
+        return alone
+    first, _ = crossed[0]
+    (assembled, wire) = together[first]
+    violations = assembled.violations + tuple(v for _, v in crossed)
+    return replace(assembled, violations=violations), wire
+
+
+def _seen_differently(
+    alone: tuple[Assembled, tuple[WireViolation, ...]],
+    beside: tuple[Assembled, tuple[WireViolation, ...]],
+) -> str | None:
+    """What a client of a stream sent beside others saw other than alone (None: the same):
+    the reply's fields, its finish_reason, the kinds of invariants and wire rules broken."""
+    (one, one_wire), (other, other_wire) = alone, beside
+    seen = [
+        (diff.field, diff.expected, diff.observed)
+        for diff in compare_results(one.result, other.result)
+    ]
+    for what, own, theirs in (
+        (
+            "finish_reason",
+            one.result.meta.get("finish_reason"),
+            other.result.meta.get("finish_reason"),
+        ),
+        ("stream invariants", _kinds(one.violations), _kinds(other.violations)),
+        ("wire rules", _kinds(one_wire), _kinds(other_wire)),
+    ):
+        if own != theirs:
+            seen.append((what, own, theirs))
+    return (
+        "; ".join(
+            f"{what} {_short(theirs)} beside the others, {_short(own)} alone"
+            for what, own, theirs in seen
+        )
+        or None
+    )
+
+
+def _kinds(violations: Sequence[StreamViolation | WireViolation]) -> list[str]:
+    return sorted({v.kind.value for v in violations})
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:77]}..."
+
+
 def execute(adapter: Adapter, request: Request, delivery: Delivery) -> Result:
     """The adapter's result for this delivery, with outcome and provenance in ``meta``.  A
     delivery's prelude goes through the same adapter first, as an earlier request; what the
@@ -128,6 +195,8 @@ def execute(adapter: Adapter, request: Request, delivery: Delivery) -> Result:
         streamed = guarded(
             (lambda: _isolated(adapter, request, delivery))
             if delivery.partner
+            else (lambda: _concurrent(adapter, request, delivery))
+            if delivery.copies
             else (lambda: _assembled(adapter.parse_stream(request, delivery.deltas), delivery.fed))
         )
         if isinstance(streamed, Result):

@@ -125,17 +125,7 @@ def cmd_report_finding(args: argparse.Namespace) -> int:
         raise UsageError(
             f"{case.id} [{args.delivery}] is {cell.outcome} for {adapter.name}: not a finding"
         )
-    variants = dl.deliveries(
-        case.model_output,
-        args.delivery,
-        tokenizer,
-        seed=dl.case_seed(args.seed, case.id),
-        recorded=case.deltas,
-        burst=args.burst,
-        tool=dl.cutoff_tool(case.request.tool_names),
-        spelled=case.spelled_markers,
-        family=case.family,
-    )
+    variants = dl.case_deliveries(case, args.delivery, tokenizer, seed=args.seed, burst=args.burst)
     variant = next((v for v in variants if v.label == cell.variant), variants[0])
 
     others = _other_results(args, adapter.name, case, variant)

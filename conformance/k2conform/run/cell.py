@@ -120,16 +120,8 @@ def run_cell(
     unfit = _mode_unfit(adapter, case, mode)
     if unfit:
         return Cell.failed(case.id, adapter.name, mode, "unavailable", unfit)
-    variants = dl.deliveries(
-        case.model_output,
-        mode,
-        _tokenizer(settings),
-        seed=dl.case_seed(settings.seed, case.id),
-        recorded=case.deltas,
-        burst=settings.burst,
-        tool=dl.cutoff_tool(case.request.tool_names),
-        spelled=case.spelled_markers,
-        family=case.family,
+    variants = dl.case_deliveries(
+        case, mode, _tokenizer(settings), seed=settings.seed, burst=settings.burst
     )
     cache = whole_cache if whole_cache is not None else {}
     try:
@@ -208,9 +200,7 @@ def _judged(
             cache[key] = execute(
                 adapter,
                 case.request,
-                dl.deliveries(
-                    case.model_output, "whole", _tokenizer(settings), spelled=case.spelled_markers
-                )[0],
+                dl.case_deliveries(case, "whole", _tokenizer(settings), seed=settings.seed)[0],
             )
         whole = cache[key]
     judged = [judge_result(case, result, whole) for result in results]
