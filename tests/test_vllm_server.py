@@ -60,16 +60,20 @@ K3_CASES = ("y_k3_think_response_call", "n_k3_tools_opened_inside_think")
 
 
 def test_server_modes_are_a_closed_set_apart_from_the_defaults():
-    assert set(dl.SERVER_MODES) == {"server-whole", "server-stream"} <= set(dl.MODES)
+    modes = {"server-whole", "server-stream", "server-concurrent"}
+    assert set(dl.SERVER_MODES) == modes <= set(dl.MODES)
     assert not set(dl.SERVER_MODES) & set(dl.DEFAULT_MODES)
     assert set(dl.SERVER_MODES) <= set(dl.TOKEN_ALIGNED_MODES)
     assert dl.adapter_modes(create_adapter("vllm-server")) == dl.SERVER_MODES
+    assert dl.planned_modes(create_adapter("vllm-server")) == ("server-whole", "server-stream")
     assert not set(dl.adapter_modes(create_adapter("reference"))) & set(dl.SERVER_MODES)
-    whole, stream = (dl.deliveries("a<|im_end|>b", m, load_tokenizer())[0] for m in dl.SERVER_MODES)
-    assert not whole.streaming and stream.streaming
-    assert whole.deltas == stream.deltas and whole.deltas[0].token_ids == tuple(
-        load_tokenizer().encode("a")
+    whole, stream, concurrent = (
+        dl.deliveries("a<|im_end|>b", m, load_tokenizer())[0] for m in dl.SERVER_MODES
     )
+    assert not whole.streaming and stream.streaming and concurrent.streaming
+    assert (stream.copies, concurrent.copies) == (0, dl.CONCURRENT_STREAMS)
+    assert whole.deltas == stream.deltas == concurrent.deltas
+    assert whole.deltas[0].token_ids == tuple(load_tokenizer().encode("a"))
 
 
 def test_missing_venv_is_unavailable_with_the_install_command(monkeypatch, tmp_path):
