@@ -230,6 +230,8 @@ def server_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
                 "vllm-server",
                 "--adapter",
                 "vllm-server-k3",
+                "--opt-in",  # every server mode through the real server, 8 streams at once too
+                "server-concurrent",
                 "--json",
                 str(root / "results.json"),
                 "--run-dir",
@@ -298,7 +300,7 @@ def test_golden_calls_come_back_through_the_real_server(server_run, mode):
 @pytest.mark.server
 def test_every_cell_ran_and_the_forcing_held(server_run):
     assert {mode for _, mode in server_run["cells"]} == set(dl.SERVER_MODES)
-    assert len(server_run["cells"]) == 2 * len(CASES + K3_CASES)
+    assert len(server_run["cells"]) == len(dl.SERVER_MODES) * len(CASES + K3_CASES)
     row = next(a for a in server_run["results"]["adapters"] if a["name"] == "vllm-server")
     assert row["status"] == "ok" and row["version"] == "0.32.0"
     for (case, mode), cell in server_run["cells"].items():
