@@ -42,6 +42,7 @@ class _Assembling:
     id: str | None = None
     name: str | None = None
     arguments: list[str] = field(default_factory=list)
+    sent: int = 0  # characters of arguments so far (the liveness check's "before")
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,7 @@ def assemble(events: Iterable[StreamEvent | None], fed: int | None = None) -> As
     def broke(kind: StreamKind, what: str) -> None:
         violations.append(StreamViolation(kind, f"chunk {chunks}: {what}"))
 
+    held_back = max(HELD_BACK, HELD_BACK_RATIO * fed) if fed is not None else None
     finish_reason: str | None = None
     chunks = 0
     for event in events:
@@ -109,16 +111,16 @@ def assemble(events: Iterable[StreamEvent | None], fed: int | None = None) -> As
                 call.id = call.id if call.id is not None else delta.id
                 call.name = call.name if call.name is not None else delta.name
             if delta.arguments:
-                size, before = len(delta.arguments), sum(map(len, call.arguments))
-                threshold = max(HELD_BACK, HELD_BACK_RATIO * fed) if fed is not None else None
-                if threshold is not None and size >= threshold and size > 2 * before:
+                size = len(delta.arguments)
+                if held_back is not None and size >= held_back and size > 2 * call.sent:
                     broke(
                         StreamKind.HELD_BACK,
                         f"{size} characters of index {delta.index}'s arguments in one delta "
-                        f"(fed at most {fed} a delta; sent before it: {before} characters in "
+                        f"(fed at most {fed} a delta; sent before it: {call.sent} characters in "
                         f"{len(call.arguments)} deltas)",
                     )
                 call.arguments.append(delta.arguments)
+                call.sent += size
     tool_calls = tuple(
         ToolCall(name=calls[i].name or "", arguments="".join(calls[i].arguments), id=calls[i].id)
         for i in sorted(calls)

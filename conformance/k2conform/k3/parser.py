@@ -294,13 +294,19 @@ class K3Parser:
         self._keys.add(key)
         if kind is None:
             self._fire("K3.unknown-type")
-        if kind in (None, "string"):  # raw text: it streams, escaped, as it arrives
+        if self._streams_value:
             self._argument_text(f'{self._key_prefix(key)}"')
+
+    @property
+    def _streams_value(self) -> bool:
+        """Whether the open argument's value is raw text (a string, or no type): it streams,
+        escaped, as it arrives; a typed value goes out whole."""
+        return self._argument[1] in (None, "string")
 
     def _value_text(self, text: str) -> None:
         if not text:
             return
-        if self._argument[1] in (None, "string"):
+        if self._streams_value:
             self._argument_text(json.dumps(text, ensure_ascii=False)[1:-1])
         else:
             self._value.append(text)
@@ -309,7 +315,7 @@ class K3Parser:
         """An argument's closer: a string value's closing quote, or a typed value, whole."""
         self._state = State.CALL
         key, kind = self._argument
-        if kind in (None, "string"):
+        if self._streams_value:
             self._argument_text('"')
             return
         self._fire("K3.typed-value" if kind in TYPES else "K3.unknown-type")
@@ -344,7 +350,7 @@ class K3Parser:
         """A call ended before its closer: kept as far as it came (``K3.unclosed-call``)."""
         self._fire("K3.unclosed-call")
         if self._state is State.ARGUMENT:
-            if self._argument[1] in (None, "string"):
+            if self._streams_value:
                 self._argument_text('"')
             self._state = State.CALL
         self._end_call()
