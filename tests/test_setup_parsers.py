@@ -138,7 +138,8 @@ def test_jobs_build_the_base_first_then_the_rest_at_once(monkeypatch, tmp_path):
     lock = threading.Lock()
     both = threading.Barrier(2, timeout=1)
 
-    def fake_install(environment, root, spec):
+    def fake_install(environment, root, spec, keep_unloadable):
+        assert keep_unloadable is False
         with lock:
             built.append(environment.name)
             running[0] += 1
@@ -156,7 +157,7 @@ def test_jobs_build_the_base_first_then_the_rest_at_once(monkeypatch, tmp_path):
     monkeypatch.setattr(parsers.Environment, "adapter_options", lambda self, root: [])
     args = argparse.Namespace(
         names=[], all=True, adapters=False, baseline=None, venv_root=tmp_path, k2conform="x",
-        force=False, base=None, source=None, jobs=2,
+        force=False, base=None, source=None, jobs=2, keep_unloadable=False,
     )  # fmt: skip
     assert parsers.cmd_setup_parsers(args) == 0
     known = environments()

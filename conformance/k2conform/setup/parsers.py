@@ -23,6 +23,8 @@ from typing import Callable, Sequence
 
 from k2conform.errors import UsageError
 from k2conform.resources import bundled, checkout_root
+from k2conform.setup.prune import prune
+from k2conform.setup.share import share
 
 _MISSING = re.compile(r"^(\S+) [^ ]+ requires (\S+), which is not installed\.$")
 _MISMATCH = re.compile(r"^(\S+) [^ ]+ has requirement (\S+?)[<>=!~;\[ ]")
@@ -167,6 +169,7 @@ def overlay(environment: Environment, line: str, source: Path, root: Path) -> li
         if destination.is_file() and destination.read_bytes() == path.read_bytes():
             continue
         destination.parent.mkdir(parents=True, exist_ok=True)
+        destination.unlink(missing_ok=True)  # a new file: the old may be linked (setup.share)
         destination.write_bytes(path.read_bytes())
         overlaid.append(f"{line}/{relative}")
     _record(
@@ -222,8 +225,11 @@ def install(
     root: Path,
     k2conform_spec: str | None,
     log: Callable[[str], None] = print,
+    keep_unloadable: bool = False,
 ) -> Path:
-    """Build (or refresh) one environment; returns its venv.  Raises UsageError with one line."""
+    """Build (or refresh) one environment; returns its venv.  Raises UsageError with one line.
+    The shared objects it cannot load on this machine are removed (``k2conform.setup.prune``)
+    unless ``keep_unloadable``."""
     venv = environment.venv(root)
     started = time.monotonic()
     base = environments()[environment.over] if environment.over else None
@@ -282,8 +288,9 @@ def install(
             [python, "-m", "pip", "install", "--no-deps", *spec],
             "install k2conform",
         )
+    base_packages = _site_packages(str(base.venv(root) / "bin" / "python")) if base else None
+    removed = [] if keep_unloadable else _prune(environment, python, base_packages, log)
     if layer is not None:
-        base_packages = _site_packages(str(base.venv(root) / "bin" / "python"))
         layer.write_text(f"import site; site.addsitedir({str(base_packages)!r})\n")
         log(f"== {environment.name}: a layer over {base.name} ({base.venv(root)})")
     log(f"== {environment.name}: {pip_check_summary(python)}")
@@ -294,10 +301,34 @@ def install(
         if line.strip() and not line.lstrip().startswith("#")
     ]
     if not environment.into_current:
-        _record(environment, root, name=environment.name, over=environment.over, pinned=pinned)
+        _record(
+            environment,
+            root,
+            name=environment.name,
+            over=environment.over,
+            pinned=pinned,
+            removed_unloadable=removed,
+        )
     environment.stamp(root).write_text(f"{environment.name} {' '.join(environment.requirements)}\n")
     log(f"== {environment.name}: ready in {time.monotonic() - started:.0f} s ({venv})")
     return venv
+
+
+def _prune(
+    environment: Environment, python: str, base: Path | None, log: Callable[[str], None]
+) -> list[str]:
+    """Remove the environment's shared objects that cannot load here; say what went."""
+    own = _site_packages(python)
+    gone = prune(own, [base] if base else [])
+    if gone:
+        size = sum(item.size for item in gone) / 1e9
+        first = gone[0]
+        log(
+            f"== {environment.name}: removed {len(gone)} shared object(s) it cannot load on "
+            f"this machine ({size:.2f} GB; {first.path.relative_to(own)} needs {first.missing}, "
+            "found nowhere): --keep-unloadable keeps them"
+        )
+    return [f"{item.path.relative_to(own)} (needs {item.missing})" for item in gone]
 
 
 def _site_packages(python: str) -> Path:
@@ -401,6 +432,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--force", action="store_true", help="rebuild even when already built")
     p.add_argument(
+        "--keep-unloadable",
+        action="store_true",
+        help="keep the shared objects an environment cannot load on this machine (its CUDA "
+        "kernels, without a CUDA torch; by default removed: 1.3 GB of a vLLM release)",
+    )
+    p.add_argument(
         "--jobs",
         type=int,
         default=1,
@@ -460,11 +497,14 @@ def cmd_setup_parsers(args: argparse.Namespace) -> int:
     checkout = checkout_root()
     spec = args.k2conform or (str(checkout) if checkout else None)
 
+    built: list[Environment] = []
+
     def build(environment: Environment) -> None:
         if installed(environment, root) and not args.force and _fresh(environment, root):
             print(f"== {environment.name}: up to date ({environment.venv(root)})", flush=True)
         else:
-            install(environment, root, spec)
+            install(environment, root, spec, keep_unloadable=args.keep_unloadable)
+            built.append(environment)
 
     # A base another selected environment is laid over is built first, alone; the rest are
     # independent of each other (each its own venv) and are built --jobs at a time.
@@ -482,6 +522,8 @@ def cmd_setup_parsers(args: argparse.Namespace) -> int:
         with ThreadPoolExecutor(args.jobs) as pool:
             for _ in pool.map(build, rest):  # the first failure, in order, as its one line
                 pass
+    if built:
+        _share([*known.values(), *selected], root)
     for environment in selected:
         if args.source:
             files = overlay(environment, names[0], args.source, root)
@@ -494,6 +536,18 @@ def cmd_setup_parsers(args: argparse.Namespace) -> int:
         for option in environment.adapter_options(root):
             print(f"== {environment.name}: run it with --adapter '{option.split('=', 1)[1]}'")
     return 0
+
+
+def _share(candidates: list[Environment], root: Path) -> None:
+    """Store the files the built environments have in common once (``k2conform.setup.share``)."""
+    started = time.monotonic()
+    venvs = sorted({e.venv(root).resolve() for e in candidates if installed(e, root)})
+    files, size = share(venvs)
+    print(
+        f"== {files} identical files in {len(venvs)} environments stored once ({size / 1e9:.2f} GB "
+        f"saved, {time.monotonic() - started:.0f} s)",
+        flush=True,
+    )
 
 
 def _fresh(environment: Environment, root: Path) -> bool:
