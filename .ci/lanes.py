@@ -29,6 +29,12 @@ _K3_IN_PROCESS = tuple(
     f":(exclude)adapters/k2conform_adapters/{name}.py"
     for name in ("reference_k3", "vllm_k3", "sglang_k3")
 )
+#: SGLang's serving code with a scripted engine (``sglang-server``, ``sglang-server-k3``): opt-in,
+#: held to the in-process SGLang adapters by the developer lane; neither lane runs it.
+_SGLANG_SERVING = tuple(
+    f":(exclude)adapters/k2conform_adapters/{name}.py"
+    for name in ("sglang_server", "sglang_server_k3")
+)
 INPUTS = {
     "releases": [
         "corpus",
@@ -37,6 +43,7 @@ INPUTS = {
         # (``Adapter.families``)
         ":(exclude)corpus/k3",
         *_K3_IN_PROCESS,
+        *_SGLANG_SERVING,
         # the adapters no release environment runs: the servers' and the extra parsers' glue
         *(
             f":(exclude)adapters/k2conform_adapters/{name}.py"
@@ -45,7 +52,6 @@ INPUTS = {
                 "vllm_forcing",
                 "vllm_model",
                 "vllm_hf_tokenizer",
-                "sglang_server",
                 "aphrodite_parser",
                 "easydel_parser",
                 "lmdeploy_parser",
@@ -63,6 +69,7 @@ INPUTS = {
         "corpus",
         "adapters/k2conform_adapters",
         *_K3_IN_PROCESS,
+        *_SGLANG_SERVING,
         "baseline-servers.json",
         "requirements",
     ],

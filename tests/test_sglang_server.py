@@ -204,3 +204,61 @@ def test_a_missing_module_of_the_serving_closure_is_unavailable_with_the_reason(
     assert "unavailable: SGLang's serving code needs 'uvicorn', not installed" in out.stdout, (
         out.stderr[-2000:]
     )
+
+
+@pytest.fixture(scope="module")
+def k3_adapter():
+    pytest.importorskip("sglang")
+    from k2conform_adapters.sglang_server_k3 import SglangServerK3Adapter
+
+    adapter = SglangServerK3Adapter()
+    adapter.load()
+    return adapter
+
+
+def test_the_k3_server_runs_sglangs_k3_parsers_in_its_serving_code(k3_adapter, tokenizer, corpus):
+    """``sglang-server-k3``: one server per thinking setting, both started with the kimi_k3
+    parsers; a K3 call comes out of the real handler with the server's id and finish_reason,
+    and a think channel is reasoning even when the request does not ask for thinking (K3's
+    detector thinks unless told not to)."""
+    for _, manager, _ in k3_adapter._servers.values():
+        assert manager.server_args.tool_call_parser == "kimi_k3"
+        assert manager.server_args.reasoning_parser == "kimi_k3"
+    case = next(c for c in corpus.completions if c.id == "y_k3_think_response_call")
+    (delivery,) = deliveries(case.model_output, "whole", tokenizer, family=case.family)
+    result = execute(k3_adapter, case.request, delivery)
+    assert result.outcome == "ok", result.error
+    assert compare_results(case.expected.as_result(), result) == []
+    assert result.reasoning and result.meta["finish_reason"] == "tool_calls"
+
+
+@pytest.mark.slow
+def test_the_k3_server_gives_the_in_process_k3_parsers_results_on_the_k3_corpus(
+    k3_adapter, tokenizer, corpus
+):
+    """The serving code adds nothing the in-process ``sglang-k3`` leaves out, on every K3 case,
+    whole and per token (56 cases on 5 Dec 2026): the same reply and the same kinds of stream
+    violation (``y_k3_long_argument``'s held-back arguments in both)."""
+    from k2conform.k3 import markers as k3
+    from k2conform_adapters.sglang_k3 import SglangK3Adapter
+
+    in_process = SglangK3Adapter()
+    cases = [c for c in corpus.completions if c.family == k3.FAMILY]
+    assert len(cases) >= 50
+    differ = []
+    for case in cases:
+        for mode in ("whole", "stream-token"):
+            (delivery,) = deliveries(case.model_output, mode, tokenizer, family=case.family)
+            served = execute(k3_adapter, case.request, delivery)
+            parsed = execute(in_process, case.request, delivery)
+            if served.outcome != parsed.outcome or compare_results(parsed, served):
+                differ.append((case.id, mode, served.outcome, parsed.outcome))
+            elif kinds(served) != kinds(parsed):
+                differ.append((case.id, mode, kinds(served), kinds(parsed)))
+    assert differ == []
+
+
+def kinds(result):
+    """A result's stream violations by kind (their details count chunks, and a server's stream
+    opens with a role chunk of its own)."""
+    return sorted(v["kind"] for v in result.meta.get("stream_violations") or ())

@@ -152,6 +152,8 @@ class SglangServerAdapter(Adapter):
     #: cell (docs/sglang-serving.md), so the default run keeps one SGLang column.
     run_by_default = False
     request_options = SERVING_CHAT_OPTIONS
+    #: ``--tool-call-parser``, and the ``--reasoning-parser`` of a thinking request's server
+    parser = "kimi_k2"
 
     def __init__(self) -> None:
         self._servers: dict[bool, tuple[Any, Any, Any]] = {}
@@ -211,8 +213,8 @@ class SglangServerAdapter(Adapter):
                     model_path=str(MODEL_DIR),
                     trust_remote_code=True,
                     device="cpu",
-                    tool_call_parser="kimi_k2",
-                    reasoning_parser="kimi_k2" if thinking else None,
+                    tool_call_parser=self.parser,
+                    reasoning_parser=self.reasoning_parser(thinking),
                 )
                 context = runtime_context.create_context(args, role="tokenizer")
                 with runtime_context.use_context(context):
@@ -231,6 +233,11 @@ class SglangServerAdapter(Adapter):
                     f"TokenizerManager.{manager.missing[0]}", "not on the stand-in"
                 )
             self._servers[thinking] = (context, manager, server)
+
+    def reasoning_parser(self, thinking: bool) -> str | None:
+        """K2: a thinking request goes to a server started with ``--reasoning-parser kimi_k2``,
+        any other to one started without."""
+        return self.parser if thinking else None
 
     def _serve(self, request: Request, deltas: Sequence[Delta], stream: bool) -> tuple[Any, Any]:
         self.load()

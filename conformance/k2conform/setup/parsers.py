@@ -15,6 +15,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 import tomllib
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ from typing import Callable, Sequence
 from k2conform.errors import UsageError
 from k2conform.resources import bundled, checkout_root
 from k2conform.setup.prune import prune
-from k2conform.setup.share import share
+from k2conform.setup.share import Store
 
 _MISSING = re.compile(r"^(\S+) [^ ]+ requires (\S+), which is not installed\.$")
 _MISMATCH = re.compile(r"^(\S+) [^ ]+ has requirement (\S+?)[<>=!~;\[ ]")
@@ -497,14 +498,14 @@ def cmd_setup_parsers(args: argparse.Namespace) -> int:
     checkout = checkout_root()
     spec = args.k2conform or (str(checkout) if checkout else None)
 
-    built: list[Environment] = []
+    store = _Shared([*known.values(), *selected], root)
 
     def build(environment: Environment) -> None:
         if installed(environment, root) and not args.force and _fresh(environment, root):
             print(f"== {environment.name}: up to date ({environment.venv(root)})", flush=True)
         else:
             install(environment, root, spec, keep_unloadable=args.keep_unloadable)
-            built.append(environment)
+            store.add(environment)
 
     # A base another selected environment is laid over is built first, alone; the rest are
     # independent of each other (each its own venv) and are built --jobs at a time.
@@ -522,8 +523,6 @@ def cmd_setup_parsers(args: argparse.Namespace) -> int:
         with ThreadPoolExecutor(args.jobs) as pool:
             for _ in pool.map(build, rest):  # the first failure, in order, as its one line
                 pass
-    if built:
-        _share([*known.values(), *selected], root)
     for environment in selected:
         if args.source:
             files = overlay(environment, names[0], args.source, root)
@@ -538,16 +537,31 @@ def cmd_setup_parsers(args: argparse.Namespace) -> int:
     return 0
 
 
-def _share(candidates: list[Environment], root: Path) -> None:
-    """Store the files the built environments have in common once (``k2conform.setup.share``)."""
-    started = time.monotonic()
-    venvs = sorted({e.venv(root).resolve() for e in candidates if installed(e, root)})
-    files, size = share(venvs)
-    print(
-        f"== {files} identical files in {len(venvs)} environments stored once ({size / 1e9:.2f} GB "
-        f"saved, {time.monotonic() - started:.0f} s)",
-        flush=True,
-    )
+class _Shared:
+    """Each environment built, linked to the files of those built before it as soon as it is
+    done (``k2conform.setup.share``), so the disk holds at most one unlinked environment."""
+
+    def __init__(self, environments: list[Environment], root: Path) -> None:
+        self._environments = environments
+        self._root = root
+        self._store: Store | None = None
+        self._lock = threading.Lock()
+
+    def add(self, environment: Environment) -> None:
+        venv = environment.venv(self._root)
+        started = time.monotonic()
+        with self._lock:
+            if self._store is None:  # the environments already built, seen (and linked) first
+                self._store = Store()
+                for other in self._environments:
+                    if other.venv(self._root) != venv and installed(other, self._root):
+                        self._store.add(other.venv(self._root))
+            files, size = self._store.add(venv)
+        print(
+            f"== {environment.name}: {files} files stored once with the other environments' "
+            f"({size / 1e9:.2f} GB saved, {time.monotonic() - started:.0f} s)",
+            flush=True,
+        )
 
 
 def _fresh(environment: Environment, root: Path) -> bool:

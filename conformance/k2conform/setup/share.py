@@ -2,36 +2,21 @@
 
 The environments repeat each other: pip and setuptools in every venv, the files one release of
 an engine did not change from the last.  Linked, the lanes' environments took 4.1 GB less on
-5 Dec 2026 (12.5 GB before).  Nothing in an environment is written in place after its build:
-pip removes a package's files before it installs another release, Python replaces a bytecode
-file rather than writing into it, and the overlay of a source checkout unlinks a file before it
-writes the new one.  Files on different devices, or with different modes, are left apart.
+5 Dec 2026 (12.5 GB before).  Each environment is linked to the others as soon as it is built,
+so the disk never holds more than one unlinked environment.  Nothing in an environment is
+written in place after its build: pip removes a package's files before it installs another
+release, Python replaces a bytecode file rather than writing into it, and the overlay of a
+source checkout unlinks a file before it writes the new one.  Files on different devices, or
+with different modes, are left apart.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-from collections import defaultdict
 from pathlib import Path
 
-
-def _files(roots: list[Path]) -> dict[tuple[int, int, int], list[tuple[Path, os.stat_result]]]:
-    """Regular files by (device, size, mode), each inode once."""
-    groups: dict[tuple[int, int, int], list[tuple[Path, os.stat_result]]] = defaultdict(list)
-    seen: set[tuple[int, int]] = set()
-    for root in roots:
-        for folder, _, names in os.walk(root):
-            for name in names:
-                path = Path(folder, name)
-                stat = path.lstat()
-                if not path.is_file() or path.is_symlink() or stat.st_size == 0:
-                    continue
-                if (stat.st_dev, stat.st_ino) in seen:
-                    continue
-                seen.add((stat.st_dev, stat.st_ino))
-                groups[(stat.st_dev, stat.st_size, stat.st_mode)].append((path, stat))
-    return groups
+_Key = tuple[int, int, int]  # device, size, mode
 
 
 def _digest(path: Path) -> bytes:
@@ -42,21 +27,55 @@ def _digest(path: Path) -> bytes:
     return hasher.digest()
 
 
+class Store:
+    """The files seen so far, by (device, size, mode); hashed only once two of a kind meet.
+    One caller at a time."""
+
+    def __init__(self) -> None:
+        self._unhashed: dict[_Key, Path] = {}
+        self._hashed: dict[_Key, dict[bytes, Path]] = {}
+        self._inodes: set[tuple[int, int]] = set()
+
+    def add(self, root: Path) -> tuple[int, int]:
+        """Link every file under ``root`` to an identical one seen before; returns the files
+        linked and the bytes saved."""
+        linked = saved = 0
+        for folder, _, names in os.walk(root):
+            for name in names:
+                path = Path(folder, name)
+                stat = path.lstat()
+                if not path.is_file() or path.is_symlink() or stat.st_size == 0:
+                    continue
+                if (stat.st_dev, stat.st_ino) in self._inodes:
+                    continue  # linked already
+                self._inodes.add((stat.st_dev, stat.st_ino))
+                if self._link(path, (stat.st_dev, stat.st_size, stat.st_mode)):
+                    linked += 1
+                    saved += stat.st_size
+        return linked, saved
+
+    def _link(self, path: Path, key: _Key) -> bool:
+        first = self._unhashed.get(key)
+        if first is None and key not in self._hashed:
+            self._unhashed[key] = path
+            return False
+        known = self._hashed.setdefault(key, {})
+        if first is not None:
+            known[_digest(first)] = self._unhashed.pop(key)
+        original = known.setdefault(_digest(path), path)
+        if original is path:
+            return False
+        spare = path.with_name(f".{path.name}.k2conform-link")
+        os.link(original, spare)
+        os.replace(spare, path)
+        return True
+
+
 def share(roots: list[Path]) -> tuple[int, int]:
     """Link every file under ``roots`` to the first identical one; returns (files, bytes) saved."""
+    store = Store()
     linked = saved = 0
-    for (_, size, _), members in _files(roots).items():
-        if len(members) < 2:
-            continue
-        first: dict[bytes, Path] = {}
-        for path, _ in members:
-            digest = _digest(path)
-            original = first.setdefault(digest, path)
-            if original is path:
-                continue
-            spare = path.with_name(f".{path.name}.k2conform-link")
-            os.link(original, spare)
-            os.replace(spare, path)
-            linked += 1
-            saved += size
+    for root in roots:
+        files, size = store.add(root)
+        linked, saved = linked + files, saved + size
     return linked, saved
