@@ -7,6 +7,7 @@ modules' imports); skips only when sglang itself is missing.
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
 import textwrap
@@ -38,14 +39,17 @@ SINGLE = (
 )
 
 
-@pytest.fixture(scope="module")
-def adapter():
+def _loaded(module: str, name: str):
+    """One of the server adapters, loaded (a module fixture: SGLang's set-up takes seconds)."""
     pytest.importorskip("sglang")
-    from k2conform_adapters.sglang_server import SglangServerAdapter
-
-    adapter = SglangServerAdapter()
+    adapter = getattr(importlib.import_module(f"k2conform_adapters.{module}"), name)()
     adapter.load()
     return adapter
+
+
+@pytest.fixture(scope="module")
+def adapter():
+    return _loaded("sglang_server", "SglangServerAdapter")
 
 
 @pytest.fixture(scope="module")
@@ -208,12 +212,7 @@ def test_a_missing_module_of_the_serving_closure_is_unavailable_with_the_reason(
 
 @pytest.fixture(scope="module")
 def k3_adapter():
-    pytest.importorskip("sglang")
-    from k2conform_adapters.sglang_server_k3 import SglangServerK3Adapter
-
-    adapter = SglangServerK3Adapter()
-    adapter.load()
-    return adapter
+    return _loaded("sglang_server_k3", "SglangServerK3Adapter")
 
 
 def test_the_k3_server_runs_sglangs_k3_parsers_in_its_serving_code(k3_adapter, tokenizer, corpus):
