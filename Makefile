@@ -7,6 +7,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.k2conform-installed
 # Test workers: 2 suits the 2-core reference machine (README: Tests); `make test JOBS=auto`.
 JOBS ?= 2
+# Environments built at once by `make parsers-extra` (.ci/run: 1 on a small disk).
+SETUP_JOBS ?= $(JOBS)
 
 .PHONY: setup servers grammars matrix matrix-servers matrix-grammar test test-lanes test-llama-cpp fuzz bench clean parsers-extra matrix-extra matrix-extra-parsers matrix-releases matrix-releases-guard matrix-servers-guard test-extra llama-cpp matrix-llama-cpp
 
@@ -29,7 +31,7 @@ servers: setup
 	$(BIN)/k2conform setup-parsers vllm-server
 
 # Each engine with the xgrammar release it pins, for `k2conform grammar` and tests/test_grammar.py:
-# two venvs under .venvs/, ~3.4 GB each (from the pip cache: under a minute each).
+# two layers over the project venv under .venvs/, tens of MB each (its xgrammar pin; seconds).
 grammars: setup
 	$(BIN)/k2conform setup-parsers grammar-vllm grammar-sglang
 
@@ -85,11 +87,11 @@ SERVER_GUARD = $(RELEASE_GUARD) --case '*server*' --case '*_k3_*'
 matrix-servers-guard:
 	$(MAKE) matrix-servers SERVER_CASES="$(SERVER_GUARD)"
 
-# The extra real parsers, one venv each under .venvs/<name> (their pins clash with vLLM's),
-# run through the adapter protocol.  Not part of `setup`: about 450 MB of wheels and 3-4
-# minutes more on a fresh machine.
+# The extra real parsers and the older releases, one venv each under .venvs/<name> (their
+# pins clash with vLLM's), run through the adapter protocol.  Not part of `setup`: 8 minutes
+# on a fresh machine, about 3 GB once what they cannot load is dropped (docs/install.md).
 parsers-extra: setup
-	$(BIN)/k2conform setup-parsers --all --jobs $(JOBS)
+	$(BIN)/k2conform setup-parsers --all --jobs $(SETUP_JOBS)
 
 # The extra parsers' lane: reference + the extra parsers the reviewed baseline-extra.json covers
 # (each through its own venv), gated by it.  The default --timeout (20 s) is the one the
