@@ -14,7 +14,8 @@ import pytest
 
 from k2conform.setup import parsers
 from k2conform.setup.prune import needed, prune, system_libraries, unloadable
-from k2conform.setup.share import share
+from k2conform.errors import UsageError
+from k2conform.setup.share import Store
 
 needs_gcc = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc to build objects")
 
@@ -88,13 +89,17 @@ def test_identical_files_are_stored_once_and_nothing_else_is_touched(tmp_path):
     (two / "tool").write_text("run\n")
     (two / "tool").chmod(0o755)
     (two / "link.py").symlink_to(two / "pkg" / "same.py")
-    assert share([one, two]) == (1, 600)
+    store = Store()
+    assert store.add(one) == (0, 0)
+    assert store.add(two) == (1, 600)
     assert (one / "pkg" / "same.py").stat().st_ino == (two / "pkg" / "same.py").stat().st_ino
     for name in ("pkg/own.py", "tool", "pkg/empty.py"):
         assert (one / name).stat().st_ino != (two / name).stat().st_ino, name
     assert (two / "pkg" / "own.py").read_text() == "b = 2\n"
     assert (two / "link.py").is_symlink()
-    assert share([one, two]) == (0, 0)  # done once
+    assert store.add(two) == (0, 0)  # done once
+    fresh = Store()
+    assert (fresh.add(one), fresh.add(two)) == ((0, 0), (0, 0))
     assert not list(tmp_path.rglob("*.k2conform-link"))
 
 
@@ -110,7 +115,10 @@ def test_a_source_overlay_replaces_a_shared_file_without_writing_into_its_twin(
     for root in (venv, other):
         (root / "vllm").mkdir(parents=True)
         (root / "vllm" / "parser.py").write_text("fixed = False\n")
-    share([venv, other])
+    store = Store()
+    store.add(venv)
+    store.add(other)
+    assert (venv / "vllm" / "parser.py").stat().st_nlink == 2
     monkeypatch.setattr(parsers, "_site_packages", lambda python: venv)
     monkeypatch.setattr(parsers, "_record", lambda *a, **k: None)
     environment = parsers.Environment("vllm-src", (), ("vllm",), over="parsers")
@@ -120,3 +128,53 @@ def test_a_source_overlay_replaces_a_shared_file_without_writing_into_its_twin(
     ]
     assert (venv / "vllm" / "parser.py").read_text() == "fixed = True\n"
     assert (other / "vllm" / "parser.py").read_text() == "fixed = False\n"
+
+
+def test_a_file_the_filesystem_will_not_link_stays_a_copy(tmp_path, monkeypatch):
+    """Linking saves space and never fails a build: a refused link (too many links, a
+    filesystem without them) leaves both copies, and no spare file, behind."""
+    import errno
+    import os
+
+    from k2conform.setup import share as share_module
+
+    def refuse(source, target):
+        raise OSError(errno.EMLINK, "Too many links")
+
+    one, two = tmp_path / "one", tmp_path / "two"
+    for venv in (one, two):
+        venv.mkdir()
+        (venv / "same.py").write_text("x = 1\n")
+    monkeypatch.setattr(share_module.os, "link", refuse)
+    store = Store()
+    store.add(one)
+    assert store.add(two) == (0, 0)
+    assert (two / "same.py").read_text() == "x = 1\n"
+    assert os.stat(one / "same.py").st_ino != os.stat(two / "same.py").st_ino
+    assert sorted(p.name for p in two.iterdir()) == ["same.py"]
+
+
+def test_an_object_that_cannot_be_removed_is_one_line_naming_the_way_out(tmp_path, monkeypatch):
+    """setup-parsers fails with one line (exit 2), not a traceback."""
+    from k2conform.setup import prune as prune_module
+    from k2conform.setup.prune import Unloadable
+
+    stuck = tmp_path / "libstuck.so"
+    stuck.write_bytes(b"x")
+    monkeypatch.setattr(
+        prune_module,
+        "unloadable",
+        lambda own, visible, system: [Unloadable(stuck, 1, "libghost.so")],
+    )
+    monkeypatch.setattr(parsers, "_site_packages", lambda python: tmp_path)
+
+    def refuse(self, missing_ok=False):
+        raise PermissionError(1, "Operation not permitted", str(self))
+
+    monkeypatch.setattr(prune_module.Path, "unlink", refuse)
+    environment = parsers.Environment("vllm-0.11.0", (), ("vllm-legacy",), over="parsers")
+    with pytest.raises(UsageError) as raised:
+        parsers._prune(environment, "python", None, print)
+    message = str(raised.value)
+    assert message.startswith("environment vllm-0.11.0: could not remove what it cannot load: ")
+    assert "libstuck.so" in message and "--keep-unloadable" in message and "\n" not in message

@@ -323,7 +323,13 @@ def _prune(
 ) -> list[str]:
     """Remove the environment's shared objects that cannot load here; say what went."""
     own = _site_packages(python)
-    gone = prune(own, [base] if base else [])
+    try:
+        gone = prune(own, [base] if base else [])
+    except OSError as error:
+        raise UsageError(
+            f"environment {environment.name}: could not remove what it cannot load: {error} "
+            "(--keep-unloadable keeps it)"
+        ) from None
     if gone:
         size = sum(item.size for item in gone) / 1e9
         first = gone[0]

@@ -93,12 +93,6 @@ def system_libraries() -> set[str]:
     return names
 
 
-def _shared_objects(root: Path) -> list[Path]:
-    return sorted(
-        p for p in root.rglob("*.so*") if p.is_file() and not p.is_symlink() and _is_so(p.name)
-    )
-
-
 def _is_so(name: str) -> bool:
     return name.endswith(".so") or ".so." in name
 
@@ -110,7 +104,7 @@ def unloadable(own: Path, visible: list[Path], system: set[str]) -> list[Unloada
     for root in visible:
         elsewhere.update(p.name for p in root.rglob("*.so*") if _is_so(p.name))
     names = [p for p in own.rglob("*.so*") if _is_so(p.name)]
-    pending = {p: needed(p) for p in _shared_objects(own)}
+    pending = {p: needed(p) for p in sorted(names) if p.is_file() and not p.is_symlink()}
     found: list[Unloadable] = []
     changed = True
     while changed:
@@ -127,7 +121,7 @@ def unloadable(own: Path, visible: list[Path], system: set[str]) -> list[Unloada
 
 
 def prune(own: Path, visible: list[Path]) -> list[Unloadable]:
-    """Remove :func:`unloadable`'s objects; returns what went."""
+    """Remove :func:`unloadable`'s objects; returns what went (an OSError as it came)."""
     gone = unloadable(own, visible, system_libraries())
     for item in gone:
         item.path.unlink()

@@ -7,13 +7,15 @@ so the disk never holds more than one unlinked environment.  Nothing in an envir
 written in place after its build: pip removes a package's files before it installs another
 release, Python replaces a bytecode file rather than writing into it, and the overlay of a
 source checkout unlinks a file before it writes the new one.  Files on different devices, or
-with different modes, are left apart.
+with different modes, are left apart, and so is a file the filesystem will not link (linking
+saves space; it never fails a build).
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import stat as modes
 from pathlib import Path
 
 _Key = tuple[int, int, int]  # device, size, mode
@@ -44,8 +46,8 @@ class Store:
             for name in names:
                 path = Path(folder, name)
                 stat = path.lstat()
-                if not path.is_file() or path.is_symlink() or stat.st_size == 0:
-                    continue
+                if not modes.S_ISREG(stat.st_mode) or stat.st_size == 0:
+                    continue  # a symlink, a device, an empty file
                 if (stat.st_dev, stat.st_ino) in self._inodes:
                     continue  # linked already
                 self._inodes.add((stat.st_dev, stat.st_ino))
@@ -66,16 +68,10 @@ class Store:
         if original is path:
             return False
         spare = path.with_name(f".{path.name}.k2conform-link")
-        os.link(original, spare)
-        os.replace(spare, path)
+        try:
+            os.link(original, spare)
+            os.replace(spare, path)
+        except OSError:  # too many links, a filesystem without them: the copy stays
+            spare.unlink(missing_ok=True)
+            return False
         return True
-
-
-def share(roots: list[Path]) -> tuple[int, int]:
-    """Link every file under ``roots`` to the first identical one; returns (files, bytes) saved."""
-    store = Store()
-    linked = saved = 0
-    for root in roots:
-        files, size = store.add(root)
-        linked, saved = linked + files, saved + size
-    return linked, saved
