@@ -42,6 +42,9 @@ INPUTS = {
         # no release lane runs the K3 family yet: its cases plan no cell of a K2 adapter
         # (``Adapter.families``)
         ":(exclude)corpus/k3",
+        # request-level cases are judged where a request is served (the server modes and the
+        # grammar lane), never by a parser alone (tests/test_request_fate.py)
+        ":(exclude)corpus/requests",
         *_K3_IN_PROCESS,
         *_SGLANG_SERVING,
         # the adapters no release environment runs: the servers' and the extra parsers' glue

@@ -160,8 +160,8 @@ def test_recorded_difference_the_server_rejects_an_invalid_tool_schema(adapter, 
     """Recorded behaviour, where the real serving code and the ``sglang`` adapter part:
     OpenAIServingChat._validate_request checks every tool's ``parameters`` with
     Draft202012Validator.check_schema before anything is parsed, and answers 400; the
-    ``sglang`` adapter (parser calls only) parses the call.  The error reply is a crash cell
-    naming the status."""
+    ``sglang`` adapter (parser calls only) parses the call.  The 400 is the request rejected
+    (its fate, ``meta.request``), naming the status, never a crash."""
     from k2conform_adapters.sglang_parser import SglangAdapter
 
     bad = {
@@ -177,9 +177,10 @@ def test_recorded_difference_the_server_rejects_an_invalid_tool_schema(adapter, 
     request = Request(tools=(bad,))
     (delivery,) = deliveries(SINGLE, mode, tokenizer)
     served = execute(adapter, request, delivery)
-    assert served.outcome == "crash"
-    assert served.error.startswith(
-        "RuntimeError: HTTP 400: Tool 0 function has invalid 'parameters' schema"
+    assert served.outcome == "ok" and served.tool_calls == ()
+    assert served.meta["request"]["fate"] == "rejected"
+    assert served.meta["request"]["detail"].startswith(
+        "HTTP 400: Tool 0 function has invalid 'parameters' schema"
     )
     parsed = execute(SglangAdapter(), request, delivery)
     assert parsed.outcome == "ok" and [c.name for c in parsed.tool_calls] == ["get_weather"]

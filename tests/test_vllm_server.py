@@ -51,6 +51,8 @@ CASES = (
     "n_server_multi_turn_second_call",
     "y_server_stream_include_usage",
     "n_server_tool_choice_none_call_in_output",
+    "y_request_required_without_tools",
+    "y_request_null_for_non_nullable_string",
 )
 #: Kimi K3 cases: run by vllm-server-k3, a second server with the kimi_k3 parsers
 K3_CASES = ("y_k3_think_response_call", "n_k3_tools_opened_inside_think")
@@ -298,6 +300,22 @@ def test_golden_calls_come_back_through_the_real_server(server_run, mode):
 
 
 @pytest.mark.server
+@pytest.mark.parametrize("mode", dl.SERVER_MODES)
+def test_the_server_refuses_a_request_or_ends_it_and_each_is_its_fate(server_run, mode):
+    """An HTTP 400 (tool_choice required without tools) is the request rejected; a forced call
+    the request's grammar refuses (null for a string of a strict tool) makes the engine end the
+    request (an HTTP 500, or the stream's error chunk): uncallable.  Neither is a crash."""
+    for case, fate, said in (
+        ("y_request_required_without_tools", "rejected", "HTTP 400: "),
+        ("y_request_null_for_non_nullable_string", "uncallable", "HTTP 500: "),
+    ):
+        cell = _cell(server_run, case, mode)
+        assert cell["outcome"] == "agree", cell
+        recorded = cell["observed"]["meta"]["request"]
+        assert recorded["fate"] == fate and recorded["detail"].startswith(said), cell
+
+
+@pytest.mark.server
 def test_every_cell_ran_and_the_forcing_held(server_run):
     assert {mode for _, mode in server_run["cells"]} == set(dl.SERVER_MODES)
     assert len(server_run["cells"]) == len(dl.SERVER_MODES) * len(CASES + K3_CASES)
@@ -305,7 +323,8 @@ def test_every_cell_ran_and_the_forcing_held(server_run):
     assert row["status"] == "ok" and row["version"] == "0.32.0"
     for (case, mode), cell in server_run["cells"].items():
         assert cell["outcome"] not in ("crash", "timeout", "adapter-error"), cell
-        if mode == "server-whole" and case != "i_server_max_tokens_cut_in_arguments":
+        served = "request" not in cell["observed"]["meta"]  # a refused request has no reply
+        if mode == "server-whole" and served and case != "i_server_max_tokens_cut_in_arguments":
             assert cell["observed"]["meta"]["forced"] is True, (
                 cell
             )  # the server returned the script's ids

@@ -45,6 +45,7 @@ from k2conform.adapter import (
     AdapterGlueError,
     AdapterUnavailable,
     ParserCrash,
+    RequestRefused,
     call_parser,
     glue_imports,
     import_parser_package,
@@ -55,6 +56,7 @@ from k2conform.judge.wire import check_stream, check_whole, parse_sse
 from k2conform.model import (
     Delta,
     Request,
+    RequestFate,
     Result,
     StreamEvent,
     StreamReply,
@@ -247,8 +249,10 @@ class SglangServerAdapter(Adapter):
             "stream": stream,
             **case_request_fields(request, self.request_options),
         }
-        if request.tools:
+        if request.tools or request.server_options.get("empty_tools"):
             body.update(tools=[dict(t) for t in request.tools], tool_choice=request.tool_choice)
+        elif request.tool_choice != "auto":
+            body.update(tool_choice=request.tool_choice)
         try:
             chat_request = self._protocol.ChatCompletionRequest.model_validate(body)
         except Exception as exc:
@@ -344,12 +348,15 @@ def sse_events(chunks: Sequence[str]) -> list[StreamEvent]:
 
 
 def _raise_error_response(response: Any) -> None:
-    """The server answered with an error (a 400 or the 500 its handler turns exceptions into)."""
+    """The server answered with an error: a 4xx refused the request (its fate, judged against
+    the case's), a 500 is what its handler turns an exception into (a crash)."""
     body = getattr(response, "body", b"")
     detail = json.loads(body) if body else {"message": repr(response)}
-    raise ParserCrash(
-        RuntimeError(f"HTTP {getattr(response, 'status_code', '?')}: {detail.get('message')}")
-    )
+    status = getattr(response, "status_code", None)
+    said = f"HTTP {status if status is not None else '?'}: {detail.get('message')}"
+    if isinstance(status, int) and 400 <= status < 500:
+        raise RequestRefused(RequestFate.REJECTED, said)
+    raise ParserCrash(RuntimeError(said))
 
 
 def _meta(

@@ -54,12 +54,19 @@ from types import SimpleNamespace
 from typing import Any
 
 from k2conform import markers
-from k2conform.adapter import Adapter, AdapterGlueError, AdapterUnavailable, call_parser
+from k2conform.adapter import (
+    Adapter,
+    AdapterGlueError,
+    AdapterUnavailable,
+    ParserCrash,
+    RequestRefused,
+    call_parser,
+)
 from k2conform.adapter.glue import RandomIds, event_of, tool_calls_of
 from k2conform.delivery.modes import SERVER_MODES
 from k2conform.judge.wire import check_stream, check_whole, parse_sse
 from k2conform.k3 import markers as k3_markers
-from k2conform.model import Delta, Request, Result, StreamEvent, StreamReply
+from k2conform.model import Delta, Request, RequestFate, Result, StreamEvent, StreamReply
 from k2conform.resources import checkout_root
 
 
@@ -531,7 +538,7 @@ class VllmServerAdapter(Adapter):
             "temperature": 0.0,
             "max_tokens": options.pop("max_tokens", len(script) + MAX_TOKENS_MARGIN),
         }
-        if request.tools:
+        if request.tools or options.pop("empty_tools", False):
             body["tools"] = [dict(t) for t in request.tools]
             body["tool_choice"] = request.tool_choice
         elif request.tool_choice != "auto":
@@ -571,9 +578,7 @@ class VllmServerAdapter(Adapter):
 
     def _whole(self, body: dict[str, Any], script: list[int]) -> Result:
         client = self.client()
-        raw = call_parser(
-            _reconnecting, lambda: client.chat.completions.with_raw_response.create(**body)
-        )
+        raw = _served(lambda: client.chat.completions.with_raw_response.create(**body))
         wire = [v.to_json() for v in check_whole(raw.http_response.json())]
         reply = call_parser(raw.parse)
         choice = reply.choices[0]
@@ -636,7 +641,7 @@ class VllmServerAdapter(Adapter):
                     events.append(event)
             return StreamReply(events, tuple(wire))
 
-        return call_parser(_reconnecting, collect)
+        return _served(collect)
 
 
 class VllmServerK3Adapter(VllmServerAdapter):
@@ -670,6 +675,40 @@ def _fields(value: Any) -> Any:
     if isinstance(value, list):
         return [_fields(item) for item in value]
     return value
+
+
+#: What vLLM's ``GenerationError`` says (``entrypoints/generate/base/serving.py``
+#: ``_raise_if_error``): the engine ended the request with ``finish_reason`` error.  Under
+#: scripted tokens only its grammar does that: the scheduler terminates a request whose token
+#: the grammar rejects (``v1/core/sched/scheduler.py``, "grammar rejected tokens ...
+#: Terminating request"), and the forcing logits processor writes over the grammar's mask.
+ENDED_BY_ENGINE = "Internal server error"
+
+
+def _served(request: Any) -> Any:
+    """``request()`` through the server: what it raises is the server's crash, unless the
+    server did not serve the request (``RequestRefused``: an HTTP 4xx refused it; vLLM's
+    :data:`ENDED_BY_ENGINE` error, as an HTTP 500 or a stream's error chunk, ended it)."""
+    try:
+        return call_parser(_reconnecting, request)
+    except ParserCrash as crash:
+        status, message = _error_of(crash.cause)
+        said = f"HTTP {status}: {message}"
+        if isinstance(status, int) and 400 <= status < 500:
+            raise RequestRefused(RequestFate.REJECTED, said) from crash
+        if status == 500 and message == ENDED_BY_ENGINE:
+            raise RequestRefused(RequestFate.UNCALLABLE, said) from crash
+        raise
+
+
+def _error_of(error: BaseException) -> tuple[int | None, str | None]:
+    """The HTTP status and the message of an ``openai`` error (a stream's error chunk carries
+    the status as its ``code``); (None, None) for anything else."""
+    body = getattr(error, "body", None)
+    inner = body.get("error", body) if isinstance(body, dict) else {}
+    inner = inner if isinstance(inner, dict) else {}
+    status = getattr(error, "status_code", None) or inner.get("code")
+    return status, inner.get("message")
 
 
 #: Attempts at a request whose connection fails before any reply (a refused or reset

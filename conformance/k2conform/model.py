@@ -138,7 +138,28 @@ def stream_violations(result: Result) -> tuple[StreamViolation, ...]:
     return tuple(StreamViolation.from_json(v) for v in result.meta.get("stream_violations") or ())
 
 
+class RequestFate(StrEnum):
+    """What a server did with the request itself, before any reply could be judged: the fate a
+    request-level case expects (``expected.request``) and a server adapter reports
+    (``meta.request``, raised as ``adapter.RequestRefused``)."""
+
+    ACCEPTED = "accepted"  #: served: the reply is judged as any other
+    REJECTED = "rejected"  #: refused before generating (an HTTP 4xx)
+    #: taken, but the output cannot be produced under it: the grammar the engine built for the
+    #: request refuses it (the real server ends such a request with ``finish_reason`` error,
+    #: an HTTP 500; ``k2conform grammar`` reads it off the grammar)
+    UNCALLABLE = "uncallable"
+
+
+def request_fate(result: Result) -> tuple[RequestFate, str]:
+    """The request's fate a result records, and what the server said (``accepted`` and "" for
+    a result without one: a parser, or a server that served the request)."""
+    recorded = result.meta.get("request") or {}
+    return RequestFate(recorded.get("fate", RequestFate.ACCEPTED)), str(recorded.get("detail", ""))
+
+
 #: The closed set of fields a difference can name, in report order.
+#: ``request``: the server's fate for the request differs from the case's (``RequestFate``).
 #: ``isolation``: a stream sent other chunks while another stream went through the same
 #: adapter (``stream-interleaved``).  ``liveness``: a long call's arguments held back to one
 #: delta (``judge.stream.HELD_BACK``).  ``grammar``: an engine's grammar rejects a well-formed
@@ -146,6 +167,7 @@ def stream_violations(result: Result) -> tuple[StreamViolation, ...]:
 #: bytes break that rule of the wire contract (``judge.wire``: the SSE framing, usage, the
 #: finish_reason's value, ...).
 DIFF_FIELDS = (
+    "request",
     "count",
     "name",
     "arguments",

@@ -25,7 +25,7 @@ from threading import Barrier
 from types import ModuleType
 from typing import Any, Callable, ClassVar, Iterator, Sequence, TypeVar
 
-from k2conform.model import Delta, Request, Result, StreamEvent, StreamReply
+from k2conform.model import Delta, Request, RequestFate, Result, StreamEvent, StreamReply
 
 T = TypeVar("T")
 
@@ -51,6 +51,17 @@ class AdapterGlueError(Exception):
     def __init__(self, api: str, detail: str = "") -> None:
         self.api = api
         super().__init__(f"{api}: {detail}" if detail else api)
+
+
+class RequestRefused(Exception):
+    """A server did not serve the request: it refused it (an HTTP 4xx) or ended it before a
+    reply (``RequestFate``).  The request's fate, judged against the case's: a finding of the
+    server, never a crash of its parser."""
+
+    def __init__(self, fate: RequestFate, detail: str) -> None:
+        self.fate = fate
+        self.detail = detail
+        super().__init__(f"{fate.value}: {detail}")
 
 
 class ParserCrash(Exception):

@@ -15,6 +15,7 @@ from k2conform.adapter.contract import (
     AdapterGlueError,
     AdapterUnavailable,
     ParserCrash,
+    RequestRefused,
     stream_steps,
 )
 from k2conform.delivery.modes import Delivery
@@ -37,11 +38,14 @@ T = TypeVar("T")
 def guarded(call: Callable[[], T]) -> T | Result:
     """Run one adapter call: what the parser raised (through ``call_parser``) is a ``crash``,
     a missing package ``unavailable``, anything else the glue's ``adapter-error``; those come
-    back as a failed Result, never as an exception."""
+    back as a failed Result, never as an exception.  A request the server did not serve
+    (``RequestRefused``) is a result with its fate and no reply."""
     try:
         return call()
     except ParserCrash as error:
         return Result.failed("crash", str(error))
+    except RequestRefused as error:
+        return Result(meta={"request": {"fate": error.fate.value, "detail": error.detail}})
     except AdapterUnavailable as error:
         return Result.failed("unavailable", str(error))
     except AdapterGlueError as error:

@@ -25,7 +25,7 @@ from typing import Any
 
 from k2conform import markers as mk
 from k2conform.k3 import markers as k3_markers
-from k2conform.model import Request, Result, ToolCall, dumps_canonical
+from k2conform.model import Request, RequestFate, Result, ToolCall, dumps_canonical
 from k2conform.resources import bundled
 
 #: The folder of a corpus holding the case sources (data the generator expands, not cases).
@@ -96,16 +96,23 @@ class Expectation:
     reasoning: str | None
     tool_calls: tuple[ToolCall, ...]
     finish_reason: str | None = None
+    #: What a server must do with the request itself (a request-level case: the request is
+    #: what it tests); None: the case says nothing of it, and a server must serve it.
+    request: RequestFate | None = None
 
     def as_result(self) -> Result:
         return Result(self.content, self.reasoning, self.tool_calls)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "content": self.content,
-            "reasoning": self.reasoning,
-            "tool_calls": [c.to_json() for c in self.tool_calls],
-        } | ({"finish_reason": self.finish_reason} if self.finish_reason is not None else {})
+        return (
+            {
+                "content": self.content,
+                "reasoning": self.reasoning,
+                "tool_calls": [c.to_json() for c in self.tool_calls],
+            }
+            | ({"finish_reason": self.finish_reason} if self.finish_reason is not None else {})
+            | ({"request": self.request.value} if self.request is not None else {})
+        )
 
 
 @dataclass(frozen=True)
@@ -133,6 +140,13 @@ class CompletionCase:
     @property
     def verdict(self) -> str:
         return self.id[0]
+
+    @property
+    def request_level(self) -> bool:
+        """The case tests how a server takes its request (``expected.request``): it is judged
+        where requests are served (the server modes, ``k2conform grammar``), never by a parser
+        alone."""
+        return self.expected is not None and self.expected.request is not None
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -514,6 +528,7 @@ SERVER_OPTIONS: dict[str, str] = {
     ),
     "continue_final_message": "true or false (the reply continues the last assistant message)",
     "stream_reasoning": "true or false (SGLang: stream the reasoning as it arrives)",
+    "empty_tools": "true or false (the body carries tools: [] where a case without tools has none)",
     "chat_template_kwargs": (
         "an object of chat template arguments besides thinking (request.thinking sets that)"
     ),
@@ -563,6 +578,10 @@ def _request(data: Any, check: FieldChecker) -> Request:
     server_options = (
         _server_options(data["server_options"], check) if "server_options" in data else {}
     )
+    if server_options.get("empty_tools") and tools:
+        raise CorpusError(
+            check.path, "request.server_options.empty_tools", "is for a case that declares no tools"
+        )
     return Request(
         tools=tools, tool_choice=tool_choice, thinking=thinking, server_options=server_options
     )
@@ -646,7 +665,13 @@ def _expectation(data: Any, check: FieldChecker, where: str) -> Expectation:
     check.object(
         data,
         where,
-        {"content": True, "reasoning": True, "tool_calls": True, "finish_reason": False},
+        {
+            "content": True,
+            "reasoning": True,
+            "tool_calls": True,
+            "finish_reason": False,
+            "request": False,
+        },
     )
     calls = []
     for i, call in enumerate(check.array(data["tool_calls"], f"{where}.tool_calls")):
@@ -664,7 +689,17 @@ def _expectation(data: Any, check: FieldChecker, where: str) -> Expectation:
         reasoning=check.optional_string(data["reasoning"], f"{where}.reasoning"),
         tool_calls=tuple(calls),
         finish_reason=_finish_reason(data.get("finish_reason"), check, f"{where}.finish_reason"),
+        request=_request_fate(data.get("request"), check, f"{where}.request"),
     )
+
+
+def _request_fate(value: Any, check: "FieldChecker", where: str) -> RequestFate | None:
+    if value is None:
+        return None
+    fates = [fate.value for fate in RequestFate]
+    if check.string(value, where) not in fates:
+        raise CorpusError(check.path, where, f"must be one of {', '.join(fates)}, not {value!r}")
+    return RequestFate(value)
 
 
 #: The finish reasons an OpenAI chat completion can end a turn of a tool-calling model with.

@@ -19,7 +19,17 @@ from k2conform.adapter.registry import create_adapter, load
 from k2conform.case.corpus import CompletionCase, Expectation
 from k2conform.delivery import modes as dl
 from k2conform.grammar.walk import CompiledTag, xgrammar_version
-from k2conform.model import SEVERITY, Cell, CellOutcome, FieldDiff, Result, ToolCall
+from k2conform.judge.cell import judge_result
+from k2conform.model import (
+    SEVERITY,
+    Cell,
+    CellOutcome,
+    FieldDiff,
+    RequestFate,
+    Result,
+    ResultOutcome,
+    ToolCall,
+)
 from k2conform.run.cell import CellSettings, run_cell
 from k2conform.run.results import adapter_row, case_summary
 
@@ -119,8 +129,10 @@ def _constrained(case: CompletionCase) -> bool:
 
 def _sampled(case: CompletionCase) -> bool:
     """Walks are drawn from required/named grammars without thinking: their language is calls
-    only, so the calls a walk wrote are its whole expectation."""
-    return _constrained(case) and not case.request.thinking
+    only, so the calls a walk wrote are its whole expectation.  Not from a request-level case's:
+    its question is the request's fate, and its schema may need names the walks' small
+    vocabulary cannot spell."""
+    return _constrained(case) and not case.request.thinking and not case.request_level
 
 
 def _case_cell(
@@ -140,6 +152,9 @@ def _case_cell(
             "unavailable",
             f"{adapter.name} builds no grammar for this request",
         )
+    if case.request_level and not case.request.thinking:
+        if not isinstance(grammar, Result) or grammar.outcome is ResultOutcome.CRASH:
+            return _fate_cell(adapter, grammar, case, settings)
     if isinstance(grammar, Result):
         return Cell(
             case.id, adapter.name, GRAMMAR, CellOutcome(grammar.outcome.value), observed=grammar
@@ -176,6 +191,38 @@ def _case_cell(
         else CellOutcome.AGREE
     )
     return Cell(case.id, adapter.name, GRAMMAR, outcome, diffs, observed=Result(meta=facts))
+
+
+def _fate_cell(
+    adapter: Any, grammar: CompiledTag | Result, case: CompletionCase, settings: CellSettings
+) -> Cell:
+    """A request-level case: the request's fate as the engine's grammar decides it, judged
+    against the case's as a server's is (``rejected``: the engine's code or its xgrammar cannot
+    build the grammar, which its server refuses the request for; ``uncallable``: the grammar
+    refuses the case's output).  Accepted as the case expects, the output then goes through
+    the engine's parser, as any case's."""
+    if isinstance(grammar, Result):
+        fate, detail = RequestFate.REJECTED, grammar.error or ""
+        facts: dict[str, Any] = {"grammar": {"accepted": False, "xgrammar": xgrammar_version()}}
+    else:
+        rejection = grammar.rejection(dl.engine_output(case.model_output))
+        fate = RequestFate.ACCEPTED if rejection is None else RequestFate.UNCALLABLE
+        detail = rejection or ""
+        facts = {
+            "grammar": {
+                "accepted": rejection is None,
+                "rejection": rejection,
+                "xgrammar": xgrammar_version(),
+                "structural_tag": grammar.spec,
+            }
+        }
+    if fate is RequestFate.ACCEPTED and case.expected is not None:
+        if case.expected.request is RequestFate.ACCEPTED:
+            served = replace(case, expected=replace(case.expected, request=None))
+            return replace(parse_cell(adapter, served, settings, facts), case=case.id)
+    observed = Result(meta={**facts, "request": {"fate": fate.value, "detail": detail}})
+    outcome, diffs, _ = judge_result(case, observed, None)
+    return Cell(case.id, adapter.name, GRAMMAR, outcome, tuple(diffs), observed=observed)
 
 
 def parse_cell(

@@ -88,6 +88,11 @@ class CompiledTag:
             matcher.fill_next_token_bitmask(bitmask)
             words = bitmask[0].tolist()
             allowed = [t for t in range(len(VOCABULARY)) if (words[t >> 5] >> (t & 31)) & 1]
+            if not allowed:
+                raise WalkError(
+                    "no token of the walks' vocabulary goes on after "
+                    f"{mk.visible(''.join(pieces)[-200:])!r}"
+                )
             choices += len(allowed) > 1
             token = _draw(allowed, rng, choices / SOFT_LENGTH)
             if token == _STOP_ID:

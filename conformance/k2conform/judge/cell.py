@@ -1,7 +1,8 @@
-"""The cell's judgement of one delivered result: the case's expectation (unless the case is
-``i_``), the server's ``finish_reason``, the server's wire contract and the stream invariants,
-each difference a :class:`~k2conform.model.FieldDiff`.  ``run/cell.py`` delivers, times and
-reports the worst variant; what counts as a difference is decided here, once."""
+"""The cell's judgement of one delivered result: the request's fate (``RequestFate``), the
+case's expectation (unless the case is ``i_``), the server's ``finish_reason``, the server's
+wire contract and the stream invariants, each difference a :class:`~k2conform.model.FieldDiff`.
+``run/cell.py`` delivers, times and reports the worst variant; what counts as a difference is
+decided here, once."""
 
 from __future__ import annotations
 
@@ -10,10 +11,12 @@ from k2conform.judge.compare import compare_arguments, compare_results
 from k2conform.model import (
     CellOutcome,
     FieldDiff,
+    RequestFate,
     Result,
     ResultOutcome,
     StreamKind,
     WireViolation,
+    request_fate,
     stream_violations,
 )
 
@@ -25,6 +28,15 @@ def judge_result(
     (``whole``: the same adapter's one-shot parse, which a stream's calls must equal)."""
     if result.outcome != ResultOutcome.OK:
         return CellOutcome(result.outcome.value), [], result
+    fate, _ = request_fate(result)
+    wanted = (case.expected.request if case.expected else None) or RequestFate.ACCEPTED
+    if RequestFate.ACCEPTED != fate or fate != wanted:
+        # a request not served (or served against the case's word) leaves no reply to judge
+        if case.verdict == "i":
+            return CellOutcome.IMPL_DEFINED, [], result
+        if fate == wanted:
+            return CellOutcome.AGREE, [], result
+        return CellOutcome.DIFFERS, [FieldDiff("request", wanted.value, fate.value, "text")], result
     diffs = _stream_diffs(result, whole, liveness=case.verdict != "i") + _wire_diffs(result)
     if case.verdict != "i" and case.expected is not None:
         diffs = (

@@ -153,11 +153,17 @@ def run_cell(
 def case_unfit(
     case: CompletionCase, mode: str, request_options: Collection[str] = ()
 ) -> str | None:
-    """Why a case has no cell in this mode (None: it has): a server-level case
-    (``server_options``) is judged in the server modes, and in an in-process adapter's modes
-    only when the adapter applies every one of its options itself (``request_options``);
+    """Why a case has no cell in this mode (None: it has): a request-level case is judged in
+    the server modes only; a server-level case (``server_options``) is judged in the server
+    modes, and in an in-process adapter's modes only when the adapter applies every one of its
+    options itself (``request_options``);
     ``stream-recorded`` replays the deltas a case recorded.  The matrix plans no such cell;
     asked for one, it is ``unavailable`` with this reason."""
+    if case.request_level and mode not in dl.SERVER_MODES:
+        return (
+            "a request-level case (expected.request): judged where a request is served, in the "
+            "server modes and by k2conform grammar"
+        )
     unapplied = sorted(set(case.request.server_options) - set(request_options))
     if unapplied and mode not in dl.SERVER_MODES:
         return (
