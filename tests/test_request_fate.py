@@ -17,6 +17,7 @@ from k2conform.adapter.harness import guarded
 from k2conform.adapter.registry import create_adapter
 from k2conform.case.corpus import CorpusError, case_from_json, load_corpus
 from k2conform.delivery import modes as dl
+from k2conform.delivery.tokenizer import load_tokenizer
 from k2conform.grammar.check import Job, run_job
 from k2conform.judge.cell import judge_result
 from k2conform.model import RequestFate, Result, request_fate
@@ -241,3 +242,29 @@ def test_a_grammar_the_engine_cannot_build_is_the_request_rejected(cases, monkey
     assert (cell["outcome"], cell["fields"]) == ("differs", ["request"])
     assert cell["diffs"][0]["observed"] == "rejected"
     assert "unsupported keyword $id" in cell["observed"]["meta"]["request"]["detail"]
+
+
+def test_the_request_before_is_sent_first_with_its_own_tools_and_its_refusal_ignored(
+    cases, monkeypatch
+):
+    """``server_options.prior_tools``: the leak case's earlier request goes out first, with the
+    earlier tools and nothing else of the option; what the server makes of it is not judged."""
+    case = cases["y_request_previous_schema_does_not_leak"]
+    sent = []
+
+    def whole(self, body, script):
+        sent.append(body)
+        if len(sent) == 1:
+            raise RequestRefused(RequestFate.UNCALLABLE, "HTTP 500: Internal server error")
+        return Result(tool_calls=case.expected.tool_calls)
+
+    monkeypatch.setattr(vllm_server.VllmServerAdapter, "_whole", whole)
+    monkeypatch.delenv(vllm_server.env_name("vllm-server", "MEMO"), raising=False)
+    adapter = vllm_server.VllmServerAdapter()
+    (delivery,) = dl.deliveries(case.model_output, "server-whole", load_tokenizer())
+    result = adapter.parse_whole(case.request, delivery.deltas[0])
+    assert result.tool_calls == case.expected.tool_calls
+    earlier, own = sent
+    assert earlier["tools"] == case.request.server_options["prior_tools"]
+    assert own["tools"] == list(case.request.tools)
+    assert all("prior_tools" not in body["extra_body"] for body in sent)

@@ -27,6 +27,7 @@ replaced by an import-only placeholder when it is not installed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import importlib.abc
 import importlib.machinery
@@ -36,6 +37,7 @@ import sys
 import tempfile
 import types
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -243,6 +245,13 @@ class SglangServerAdapter(Adapter):
 
     def _serve(self, request: Request, deltas: Sequence[Delta], stream: bool) -> tuple[Any, Any]:
         self.load()
+        options = dict(request.server_options)
+        prior = options.pop("prior_tools", None)
+        if prior:  # the request before the case's, with other tools; its answer is not judged
+            with contextlib.suppress(ParserCrash):
+                self._serve(
+                    replace(request, tools=tuple(prior), server_options=options), deltas, False
+                )
         context, manager, server = self._servers[bool(request.thinking)]
         body = {
             "model": manager.served_model_name,

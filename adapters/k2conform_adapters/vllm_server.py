@@ -49,6 +49,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -521,6 +522,7 @@ class VllmServerAdapter(Adapter):
 
     def _body(self, request: Request, script: list[int], stream: bool) -> dict[str, Any]:
         options = dict(getattr(request, "server_options", None) or {})
+        options.pop("prior_tools", None)  # sent before this request (_send_prior)
         messages = options.pop("messages", None) or [dict(m) for m in DEFAULT_MESSAGES]
         extra: dict[str, Any] = {
             "vllm_xargs": {"k2conform_script": script, "k2conform_eos": IM_END_ID},
@@ -557,8 +559,20 @@ class VllmServerAdapter(Adapter):
         body["extra_body"] = extra
         return body
 
+    def _send_prior(self, request: Request, script: list[int]) -> None:
+        """``server_options.prior_tools``: the same script first in a request of its own with
+        those tools, as the request before the case's (a schema of one request must not reach
+        the next); its reply, or its refusal, is not judged."""
+        options = dict(request.server_options)
+        prior = options.pop("prior_tools", None)
+        if prior:
+            earlier = replace(request, tools=tuple(prior), server_options=options)
+            with contextlib.suppress(RequestRefused):
+                self._whole(self._body(earlier, script, stream=False), script)
+
     def parse_whole(self, request: Request, output: Delta) -> Result:
         script = _script([output])
+        self._send_prior(request, script)
         body = self._body(request, script, stream=False)
         memo = os.environ.get(self._env("MEMO"))
         if not memo:
@@ -600,6 +614,7 @@ class VllmServerAdapter(Adapter):
 
     def parse_stream(self, request: Request, deltas: Sequence[Delta]) -> StreamReply:
         script = _script(deltas)
+        self._send_prior(request, script)
         body = self._body(request, script, stream=True)
         stream_options = body.get("stream_options") or {}
 

@@ -529,6 +529,10 @@ SERVER_OPTIONS: dict[str, str] = {
     "continue_final_message": "true or false (the reply continues the last assistant message)",
     "stream_reasoning": "true or false (SGLang: stream the reasoning as it arrives)",
     "empty_tools": "true or false (the body carries tools: [] where a case without tools has none)",
+    "prior_tools": (
+        "a non-empty array of tools, sent with the same output in a request of its own just "
+        "before the case's (a schema of one request must not reach the next)"
+    ),
     "chat_template_kwargs": (
         "an object of chat template arguments besides thinking (request.thinking sets that)"
     ),
@@ -549,6 +553,10 @@ def _server_options(data: Any, check: FieldChecker) -> dict[str, Any]:
         elif key == "stop":
             ok = isinstance(value, list) and bool(value)
             ok = ok and all(isinstance(v, str) and v for v in value)
+        elif key == "prior_tools":
+            ok = isinstance(value, list) and bool(value)
+            if ok:
+                _tools(value, check, f"{where}.{key}")
         elif key == "chat_template_kwargs":
             ok = isinstance(value, dict) and bool(value) and "thinking" not in value
         elif key == "messages":
