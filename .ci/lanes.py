@@ -35,16 +35,18 @@ _SGLANG_SERVING = tuple(
     f":(exclude)adapters/k2conform_adapters/{name}.py"
     for name in ("sglang_server", "sglang_server_k3")
 )
+#: What neither lane plans a cell for: the live-engine plugin's probes (``run`` takes completion
+#: cases only).
+_NOT_RUN = (":(exclude)corpus/probes",)
 INPUTS = {
     "releases": [
         "corpus",
+        *_NOT_RUN,
         "adapters/k2conform_adapters",
         # no release lane runs the K3 family yet: its cases plan no cell of a K2 adapter
         # (``Adapter.families``)
         ":(exclude)corpus/k3",
-        # request-level cases are judged where a request is served (the server modes and the
-        # grammar lane), never by a parser alone (tests/test_request_fate.py)
-        ":(exclude)corpus/requests",
+        ":(exclude)corpus/requests",  # request-level cases (tests/test_request_fate.py)
         *_K3_IN_PROCESS,
         *_SGLANG_SERVING,
         # the adapters no release environment runs: the servers' and the extra parsers' glue
@@ -70,6 +72,7 @@ INPUTS = {
     ],
     "servers": [
         "corpus",
+        *_NOT_RUN,
         "adapters/k2conform_adapters",
         *_K3_IN_PROCESS,
         *_SGLANG_SERVING,

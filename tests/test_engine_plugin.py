@@ -47,9 +47,9 @@ def test_clean_server_passes_every_check(pytester, probes, tmp_path):
     assert result.ret == 0, out
     outcomes = result.parseoutcomes()
     assert outcomes["passed"] >= 2 * len(probes) + 1
-    assert "k2conform engine summary" in out and "schema accuracy: 9/9" in out
+    assert "k2conform engine summary" in out and "schema accuracy: 10/10" in out
     summary = json.loads(summary_path.read_text())
-    assert summary["finish_reasons"] == {"stop": 1, "tool_calls": 7}
+    assert summary["finish_reasons"] == {"stop": 1, "tool_calls": 8}
     assert summary["schema_accuracy"] == 1.0 and summary["trigger_agreement"] == 1.0
     assert outcomes.get("skipped", 0) <= 4  # golden streams without a generation prompt only
 
@@ -110,6 +110,22 @@ def test_streams_sent_at_once_must_equal_the_stream_sent_alone(pytester, probes)
     assert re.search(r"^failed checks: concurrent-streams x[1-9]\d*$", out, re.MULTILINE), out[
         -3000:
     ]
+
+
+def test_arguments_held_back_to_one_chunk_fail_liveness_and_only_it(pytester, probes):
+    """vllm-project/vllm#50604: a long call whose arguments arrive whole in its last chunk fails
+    the liveness check on the long probe; short calls held back the same way do not (the
+    threshold is a named policy, judge.stream.HELD_BACK), and no other check fails."""
+    with Server(FakeEngine(probes, faults=["arguments-held-back"])) as url:
+        result = run_plugin(pytester, url, "-k", "stream")
+    out = result.stdout.str()
+    assert result.ret == 1, out[-3000:]
+    assert re.search(
+        r"\[k2 check liveness\] y_probe_long_argument: chunk \d+: 1907 characters of index 0's "
+        r"arguments in one delta",
+        out,
+    ), out[-3000:]
+    assert re.search(r"^failed checks: liveness x1$", out, re.MULTILINE), out[-3000:]
 
 
 def test_stream_faults_are_caught_by_the_sse_checks(pytester, probes):

@@ -45,6 +45,10 @@ FAULTS: dict[str, str] = {
         "the streamed content is sent again before the finish chunk (vllm-project/vllm PR #50367)"
     ),
     "no-done": "the stream ends without data: [DONE]",
+    "arguments-held-back": (
+        "each call's arguments are held back and sent whole with its last argument chunk "
+        "(vllm-project/vllm#50604)"
+    ),
     "name-resent": "a call's name is sent again with its last argument chunk",
     "calls-lost-under-concurrency": (
         "a stream that starts while another is in flight loses its tool-call deltas and ends "
@@ -206,6 +210,8 @@ class FakeEngine:
             events = [
                 StreamEvent(content=e.content, reasoning=e.reasoning, tool_calls=()) for e in events
             ]
+        if "arguments-held-back" in self.faults:
+            events = _arguments_held_back(events)
         ident, created = f"chatcmpl-{self._next()}", int(time.time())
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
 
@@ -314,6 +320,24 @@ class EngineError(Exception):
     def __init__(self, status: int, message: str) -> None:
         self.status = status
         super().__init__(message)
+
+
+def _arguments_held_back(events: Sequence[StreamEvent]) -> list[StreamEvent]:
+    """The events with each call's argument pieces withheld until its last one, which then
+    carries them all; a call delta left with nothing to say goes."""
+    last = {d.index: n for n, e in enumerate(events) for d in e.tool_calls if d.arguments}
+    held: dict[int, str] = {}
+    changed = []
+    for n, event in enumerate(events):
+        calls = []
+        for d in event.tool_calls:
+            if d.arguments:
+                held[d.index] = held.get(d.index, "") + d.arguments
+                d = d._replace(arguments=held[d.index] if last[d.index] == n else None)
+            if d.id is not None or d.name is not None or d.arguments:
+                calls.append(d)
+        changed.append(event._replace(tool_calls=tuple(calls)))
+    return changed
 
 
 def _same(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:

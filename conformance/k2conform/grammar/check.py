@@ -168,15 +168,7 @@ def _case_cell(
             "thinking on: the engine applies the grammar only once its reasoning "
             "parser ends the reasoning, which k2conform does not model",
         )
-    rejection = grammar.rejection(dl.engine_output(case.model_output))
-    facts = {
-        "grammar": {
-            "accepted": rejection is None,
-            "rejection": rejection,
-            "xgrammar": xgrammar_version(),
-            "structural_tag": grammar.spec,
-        }
-    }
+    rejection, facts = _verdict(grammar, case)
     if case.verdict == "n" and rejection is None:
         return parse_cell(adapter, case, settings, facts)
     diffs: tuple[FieldDiff, ...] = ()
@@ -193,6 +185,20 @@ def _case_cell(
     return Cell(case.id, adapter.name, GRAMMAR, outcome, diffs, observed=Result(meta=facts))
 
 
+def _verdict(grammar: CompiledTag, case: CompletionCase) -> tuple[str | None, dict[str, Any]]:
+    """Where the grammar rejects the case's output (None: it accepts it), and what the cell
+    records of the grammar."""
+    rejection = grammar.rejection(dl.engine_output(case.model_output))
+    return rejection, {
+        "grammar": {
+            "accepted": rejection is None,
+            "rejection": rejection,
+            "xgrammar": xgrammar_version(),
+            "structural_tag": grammar.spec,
+        }
+    }
+
+
 def _fate_cell(
     adapter: Any, grammar: CompiledTag | Result, case: CompletionCase, settings: CellSettings
 ) -> Cell:
@@ -205,17 +211,9 @@ def _fate_cell(
         fate, detail = RequestFate.REJECTED, grammar.error or ""
         facts: dict[str, Any] = {"grammar": {"accepted": False, "xgrammar": xgrammar_version()}}
     else:
-        rejection = grammar.rejection(dl.engine_output(case.model_output))
+        rejection, facts = _verdict(grammar, case)
         fate = RequestFate.ACCEPTED if rejection is None else RequestFate.UNCALLABLE
         detail = rejection or ""
-        facts = {
-            "grammar": {
-                "accepted": rejection is None,
-                "rejection": rejection,
-                "xgrammar": xgrammar_version(),
-                "structural_tag": grammar.spec,
-            }
-        }
     if fate is RequestFate.ACCEPTED and case.expected is not None:
         if case.expected.request is RequestFate.ACCEPTED:
             served = replace(case, expected=replace(case.expected, request=None))
