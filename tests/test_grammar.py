@@ -172,9 +172,43 @@ def test_the_grammar_inventory_owes_a_cell_for_every_case_not_declined_and_every
     from k2conform.grammar.cli import inventory
 
     whole = {"declined": ["y_a"], "samples": [{"id": "y_sample_x"}], "cells": [{}, {}, {}]}
-    assert inventory(3, [whole]) == {"planned": 3, "run": 3}
+    assert inventory([(3, whole)]) == {"planned": 3, "run": 3}
     lost = {**whole, "cells": [{}, {}]}
-    assert inventory(3, [whole, lost]) == {"planned": 6, "run": 5}
+    assert inventory([(3, whole), (3, lost)]) == {"planned": 6, "run": 5}
+    # each worker is owed its own cases (a family's adapter gets that family's cases only)
+    k3 = {"declined": [], "samples": [], "cells": [{}]}
+    assert inventory([(3, whole), (2, k3)]) == {"planned": 5, "run": 4}
+
+
+def test_kimi_k3_cases_go_through_vllms_k3_tag_and_parser_without_walks():
+    """A K3 case goes to the K3 adapter of the engine (``grammar.cli.ADAPTERS``), judged by the
+    tag vLLM builds for it (``get_kimi_k3_structural_tag``): the constrained K3 cases are
+    accepted; a string value holding ``<|close|>`` (well-formed: string values are raw) is not,
+    since the tag's argument text excludes it.  No walks: their vocabulary is K2's."""
+    from k2conform.grammar.cli import ADAPTERS, constrainable_cases
+    from k2conform_adapters.vllm_k3 import VllmK3Adapter
+
+    k3_cases = [c for c in constrainable_cases(None, ["*k3*"]) if c.family == "k3"]
+    assert {c.id for c in k3_cases} >= {"y_k3_tool_choice_required", "y_k3_tool_choice_named"}
+    assert ADAPTERS["vllm"]["k3"] == VllmK3Adapter.name
+    adapter = VllmK3Adapter()
+    required = k3_cases[0].request
+    assert adapter.structural_tag(replace(required, tool_choice="auto")) is None
+    assert "<|open|>tools<|sep|>" in adapter.structural_tag(
+        replace(required, tool_choice="required")
+    )
+    constrained = tuple(c for c in k3_cases if c.request.tool_choice != "auto")
+    job = Job("vllm-k3", constrained, 1, 5, CellSettings())
+    document = run_job(job)
+    assert document["samples"] == [] and {c["outcome"] for c in document["cells"]} == {"agree"}
+    case = next(c for c in constrained if c.request.tool_choice == "required")
+    value = "a<|close|>b"
+    held = replace(
+        case, id="y_k3_close_in_value", model_output=case.model_output.replace("Paris", value)
+    )
+    assert value in held.model_output
+    (cell,) = run_job(Job("vllm-k3", (held,), 1, 0, CellSettings()))["cells"]
+    assert (cell["outcome"], cell["fields"]) == ("differs", ["grammar"])
 
 
 def test_generated_calls_keep_marker_text_inside_strings():

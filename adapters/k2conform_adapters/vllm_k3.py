@@ -119,6 +119,15 @@ class VllmK3Adapter(Adapter):
         call_parser(parser.set_prompt_token_ids, prompt_ids)
         return chat_request, parser, prompt_ids
 
+    def structural_tag(self, request: Request) -> str | None:
+        """The structural tag the server hands xgrammar for this request (``adjust_request`` ->
+        ``_apply_structural_tag`` -> ``get_kimi_k3_structural_tag``, the tool parser's
+        ``structural_tag_model``), for ``k2conform grammar``; None when decoding is not
+        constrained."""
+        chat_request, _, _ = self._prepare(request)
+        outputs = chat_request.structured_outputs
+        return None if outputs is None else outputs.structural_tag
+
     def _new_parser(self, chat_request: Any) -> Any:
         return call_parser(
             self._parser_cls,

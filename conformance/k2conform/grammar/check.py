@@ -131,8 +131,14 @@ def _sampled(case: CompletionCase) -> bool:
     """Walks are drawn from required/named grammars without thinking: their language is calls
     only, so the calls a walk wrote are its whole expectation.  Not from a request-level case's:
     its question is the request's fate, and its schema may need names the walks' small
-    vocabulary cannot spell."""
-    return _constrained(case) and not case.request.thinking and not case.request_level
+    vocabulary cannot spell.  Not from a Kimi K3 grammar: the walks' vocabulary and the calls
+    read off a walk are K2's."""
+    return (
+        _constrained(case)
+        and not case.request.thinking
+        and not case.request_level
+        and case.family == mk.FAMILY
+    )
 
 
 def _case_cell(
