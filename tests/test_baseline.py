@@ -7,7 +7,13 @@ import json
 
 import pytest
 
-from k2conform.gate.baseline import TODO, BaselineEntry, baseline_from_cells, judge, load_baseline
+from k2conform.gate.baseline import (
+    TODO,
+    BaselineEntry,
+    baseline_from_cells,
+    load_baseline,
+    split_findings,
+)
 from k2conform.case.corpus import CorpusError
 from k2conform.model import Cell, CellOutcome, FieldDiff
 
@@ -25,7 +31,7 @@ def test_known_new_and_stale_deviations():
         cell("y_b"),
         cell("y_gone", outcome="agree", fields=()),
     ]
-    verdict = judge(cells, [entry])
+    verdict = split_findings(cells, [entry])
     assert [c.case for c in verdict.baselined] == ["y_a", "y_a"]
     assert [c.case for c in verdict.new] == ["y_b"]
     assert [(s.case, s.delivery) for s in verdict.stale] == [("y_gone", "*")]
@@ -34,7 +40,7 @@ def test_known_new_and_stale_deviations():
 
 def test_an_entry_for_cases_or_adapters_not_run_is_not_stale():
     entry = BaselineEntry("sglang", "differs", ("content",), ("whole",), ("y_a",), "why")
-    assert judge([cell("y_a", outcome="agree", fields=())], [entry]).passed
+    assert split_findings([cell("y_a", outcome="agree", fields=())], [entry]).passed
 
 
 def test_generated_entries_group_behaviours_and_keep_reviewed_reasons():
@@ -243,7 +249,7 @@ def test_an_entry_with_explicit_deliveries_is_stale_in_each_listed_delivery_that
         cell("y_b", "stream-token"),
         cell("y_b", outcome="agree", fields=()),
     ]
-    verdict = judge(cells, [entry])
+    verdict = split_findings(cells, [entry])
     assert [(s.case, s.delivery) for s in verdict.stale] == [
         ("y_a", "stream-token"),
         ("y_b", "whole"),
@@ -265,7 +271,7 @@ def test_an_entry_with_explicit_deliveries_is_stale_in_each_listed_delivery_that
 @pytest.mark.parametrize("outcome", ["unavailable", "adapter-error"])
 def test_a_cell_that_never_reached_the_parser_is_no_evidence_that_an_entry_is_stale(outcome):
     entry = BaselineEntry("vllm", "differs", ("content",), ("*",), ("y_a",))
-    verdict = judge([cell("y_a", outcome=outcome, fields=())], [entry])
+    verdict = split_findings([cell("y_a", outcome=outcome, fields=())], [entry])
     assert (verdict.new, verdict.baselined, verdict.stale) == ([], [], [])
 
 
@@ -275,20 +281,20 @@ def test_adapter_errors_are_counted_per_adapter_and_message_and_fail_the_verdict
         Cell.failed("y_b", "vllm", "whole", "adapter-error", "no parse_delta"),
         Cell("y_c", "sglang", "whole", CellOutcome.ADAPTER_ERROR),
     ]
-    verdict = judge(broken, [])
+    verdict = split_findings(broken, [])
     assert verdict.adapter_errors == {"vllm": {"no parse_delta": 2}, "sglang": {"adapter-error": 1}}
     assert verdict.new == [] and not verdict.passed
 
 
 def test_a_verdict_passes_only_with_nothing_new_nothing_stale_and_no_adapter_error():
-    from k2conform.gate.baseline import Stale, Verdict
+    from k2conform.gate.baseline import FindingSplit, Stale
 
     stale = Stale(BaselineEntry("vllm", "differs", ("content",), ("*",), ("y_a",)), "y_a", "*")
-    assert Verdict([], [cell("y_a")], [], {}).passed
+    assert FindingSplit([], [cell("y_a")], [], {}).passed
     for verdict in (
-        Verdict([cell("y_a")], [], [], {}),
-        Verdict([], [], [stale], {}),
-        Verdict([], [], [], {"vllm": {"glue": 1}}),
+        FindingSplit([cell("y_a")], [], [], {}),
+        FindingSplit([], [], [stale], {}),
+        FindingSplit([], [], [], {"vllm": {"glue": 1}}),
     ):
         assert not verdict.passed, verdict
 
@@ -423,8 +429,17 @@ def test_what_the_run_did_not_judge_is_kept_as_it_was():
         BaselineEntry("vllm", "crash", (), ("*",), ("y_gone",), "another case"),
     ]
     entries = baseline_from_cells([cell("y_a")], previous, ["vllm", "sglang"])["entries"]
-    kept = {(e["adapter"], e["outcome"], tuple(e["fields"]), tuple(e["deliveries"]),
-             tuple(e["cases"]), e["reason"]) for e in entries}
+    kept = {
+        (
+            e["adapter"],
+            e["outcome"],
+            tuple(e["fields"]),
+            tuple(e["deliveries"]),
+            tuple(e["cases"]),
+            e["reason"],
+        )
+        for e in entries
+    }
     assert kept == {
         ("vllm", "differs", ("content",), ("whole",), ("y_a",), "why"),  # from the run's cell
         ("vllm", "differs", ("content",), ("*",), ("y_b",), "why"),  # not run: kept

@@ -18,7 +18,7 @@ from k2conform.cli import main
 from k2conform.gate.baseline import BaselineEntry
 from k2conform.report.findings import behaviours
 from k2conform.run.cell import CellSettings, run_cell
-from k2conform.run.results import adapter_row, assemble
+from k2conform.run.results import adapter_row, build_results
 
 #: A few cases with findings of vllm and sglang (baseline.json), and modes of both families,
 #: stream-random included (kept as its deltas, replayed as stream-recorded).
@@ -56,7 +56,7 @@ def document(corpus) -> dict:
             for case in cases
             for mode in MODES
         ]
-    return assemble(cells, cases, rows, settings.seed, MODES, 0.0, 0).to_json()
+    return build_results(cells, cases, rows, settings.seed, MODES, 0.0, 0).to_json()
 
 
 @pytest.fixture(scope="module")
@@ -264,7 +264,9 @@ def test_a_server_adapter_is_built_inside_its_run_session(tmp_path, corpus, monk
         cell = run_cell(toy, case, "whole", CellSettings(), Availability("ok"))
     assert cell.outcome.finding, cell
     row = adapter_row(toy, ("ok", ""))
-    document = assemble([cell], [case], [row], CellSettings().seed, ("whole",), 0.0, 0).to_json()
+    document = build_results(
+        [cell], [case], [row], CellSettings().seed, ("whole",), 0.0, 0
+    ).to_json()
     monkeypatch.setattr(
         catalogue_build, "reach", lambda *_: ("server-toy", toy, Availability("ok"))
     )

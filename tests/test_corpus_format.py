@@ -249,7 +249,7 @@ def test_the_verdict_rule_decides_each_fact_it_names(output, request_fields, pre
 
 def test_minimize_and_the_fuzzers_name_a_finding_by_the_same_rule():
     """A finding the old policy-only rule would have called ``y_`` (a dotted name, no tools)."""
-    from k2conform.fuzzing.engine import Observation, finding_case
+    from k2conform.fuzzing.differential import Observation, finding_case
     from k2conform.model import Request
     from k2conform.reference.parser import parse
 

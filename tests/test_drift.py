@@ -90,7 +90,7 @@ def test_a_missing_vllm_method_is_one_adapter_error_naming_it_and_no_disagreemen
 
 
 def test_adapter_error_cells_are_neither_findings_nor_stale_evidence():
-    from k2conform.gate.baseline import BaselineEntry, judge
+    from k2conform.gate.baseline import BaselineEntry, split_findings
 
     from k2conform.model import Cell, CellOutcome, FieldDiff
 
@@ -105,7 +105,7 @@ def test_adapter_error_cells_are_neither_findings_nor_stale_evidence():
         ),
     ]
     entry = BaselineEntry("vllm", "differs", ("content",), ("whole",), ("y_a",), "known")
-    verdict = judge(cells, [entry])
+    verdict = split_findings(cells, [entry])
     assert verdict.adapter_errors == {"vllm": {"X.y: missing": 1}}
     assert [c.adapter for c in verdict.new] == ["sglang"]
     assert verdict.stale == [] and not verdict.passed
@@ -131,7 +131,7 @@ def test_an_exception_in_k2conform_itself_is_a_harness_error(monkeypatch):
     assert kind == "harness-error" and "ZeroDivisionError: a bug in the comparison" in payload
     slot = runner._Slot(process=None, conn=_Replay((kind, payload)))
     with pytest.raises(HarnessError, match="ZeroDivisionError"):
-        runner.Matrix(config)._receive(slot, deadline=0)
+        runner.CellPool(config)._receive(slot, deadline=0)
 
 
 class _Replay:

@@ -34,9 +34,9 @@ pytestmark = pytest.mark.filterwarnings("ignore")
 @pytest.fixture(scope="module")
 def engine():
     pytest.importorskip("vllm")
-    from k2conform.fuzzing.engine import Engine
+    from k2conform.fuzzing.differential import Differential
 
-    return Engine(["vllm"])
+    return Differential(["vllm"])
 
 
 def test_the_minimiser_keeps_the_verdict_class_the_fuzz_kind_alone_loses(engine):
@@ -102,7 +102,7 @@ def test_a_fuzz_kind_the_matrix_files_as_no_finding_is_refused(engine):
 
 
 def _finding(tmp_path: Path, engine) -> Path:
-    from k2conform.fuzzing.engine import finding_case, write_case_file
+    from k2conform.fuzzing.differential import finding_case, write_case_file
 
     observation = engine.observe(REQUEST, TEXT, "whole")
     case = finding_case(REQUEST, TEXT, observation, "differential", focus="vllm:content-drift")

@@ -450,10 +450,10 @@ def test_signature_keeps_one_kind_per_adapter_in_adapter_order():
 
 @pytest.mark.skipif(not _available("sglang"), reason="SGLang is not installed")
 def test_minimiser_shrinks_sglangs_partial_marker_leak_with_text_level_splits():
-    from k2conform.fuzzing.engine import Engine
+    from k2conform.fuzzing.differential import Differential
     from k2conform.minimize.delta_debug import minimize_input
 
-    engine = Engine(["sglang"])
+    engine = Differential(["sglang"])
     request = FuzzInput(ONE_CALL, DECLARE_TOOLS).request()
     text = "Let me check. " + ONE_CALL
     observation, start, small, minimizer = minimize_input(engine, request, text, "stream-char")
@@ -609,13 +609,13 @@ def test_the_reference_stream_is_checked_before_a_new_finding_is_saved(tmp_path,
     """A new signature: the reference's own stream parse is checked first (a HarnessBug when it
     differs); a known one is only counted, without the check (unless the input is sampled)."""
     from k2conform.fuzzing import targets
-    from k2conform.fuzzing.engine import Engine, FindingStore, HarnessBug
+    from k2conform.fuzzing.differential import Differential, FindingStore, HarnessBug
 
-    engine = Engine(["reference"])
+    engine = Differential(["reference"])
     engine.adapters = [engine.reference]  # a stand-in under test that always disagrees
     engine.names = ["reference"]
     monkeypatch.setattr(targets, "REFERENCE_STREAM_SAMPLE", 1 << 40)  # no sampling here
-    import k2conform.fuzzing.engine as engine_module
+    import k2conform.fuzzing.differential as engine_module
 
     monkeypatch.setattr(engine_module, "classify", lambda *args: ["content-drift"])
     checked = []
@@ -805,7 +805,7 @@ def test_a_finding_past_the_end_of_turn_is_a_case_that_loads(tmp_path):
     the saved case's recorded deltas still add up to its whole model_output, the rest as one
     more piece that a replay drops again."""
     from k2conform.case.corpus import load_case
-    from k2conform.fuzzing.engine import Observation, finding_case, write_case_file
+    from k2conform.fuzzing.differential import Observation, finding_case, write_case_file
     from k2conform.model import Request
 
     text = f"Hi.{mk.IM_END}after the turn"
@@ -824,7 +824,7 @@ def test_a_finding_past_the_end_of_turn_is_a_case_that_loads(tmp_path):
 
 
 def _observation(sig: str = "vllm:extra-call"):
-    from k2conform.fuzzing.engine import Observation
+    from k2conform.fuzzing.differential import Observation
 
     return Observation(
         "whole", Result(content="Hi."), sig, {"vllm": ("extra-call",)}, {}, None
@@ -834,7 +834,7 @@ def _observation(sig: str = "vllm:extra-call"):
 def test_two_workers_save_each_signature_once_and_their_tables_merge(tmp_path):
     """Worker 1 loses the claim on a signature worker 0 saved: it only counts it; the merged
     table adds the counts and executions up and keeps the saving worker's file."""
-    from k2conform.fuzzing.engine import FindingStore, format_table
+    from k2conform.fuzzing.differential import FindingStore, format_table
     from k2conform.fuzzing.workers import merge_worker_tables, table_path
     from k2conform.model import Request
 
@@ -980,7 +980,7 @@ def test_differential_workers_share_one_findings_table(tmp_path):
     table = json.loads((findings / "signatures-differential.json").read_text())
     assert table["workers"] == 2 and table["executions"] > 0
     from k2conform.case.corpus import load_case
-    from k2conform.fuzzing.engine import axis
+    from k2conform.fuzzing.differential import axis
 
     saved = [load_case(p) for p in findings.glob("*_fuzz_*.json")]
     keys = [
@@ -998,12 +998,12 @@ def test_the_fuzzers_take_only_adapters_of_the_family_they_mutate(monkeypatch):
     naming one is a usage error (fed K2 output it would only show spurious findings)."""
     from k2conform.adapter import registry
     from k2conform.errors import UsageError
-    from k2conform.fuzzing.engine import Engine
+    from k2conform.fuzzing.differential import Differential
 
     monkeypatch.setattr(registry, "default_adapter_names", lambda: ["reference", "reference-k3"])
-    assert Engine().names == []
+    assert Differential().names == []
     with pytest.raises(UsageError, match="reference-k3 parses k3 output"):
-        Engine(["reference-k3"])
+        Differential(["reference-k3"])
     done = subprocess.run(
         [K2CONFORM, "fuzz", "differential", "--adapter", "vllm-k3", "--runs", "5"],
         capture_output=True,
@@ -1018,10 +1018,10 @@ def test_the_fuzzer_delivers_an_input_as_the_matrix_delivers_its_case(mode):
     made the same deliveries, the prelude and the partner calling the first declared tool."""
     from k2conform.case.corpus import CompletionCase
     from k2conform.delivery import modes as dl
-    from k2conform.fuzzing.engine import FUZZ_MODES, Engine
+    from k2conform.fuzzing.differential import FUZZ_MODES, Differential
     from k2conform.model import Request
 
-    engine = Engine(["reference"])
+    engine = Differential(["reference"])
     request = Request(tools=({"type": "function", "function": {"name": "read_file"}},))
     text = f"Hi{SB}{TB}functions.read_file:0{AB}{{}}{TE}{SE}"
     case = CompletionCase("i_x", "", (), "test", request, text, None, None)

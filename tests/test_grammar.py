@@ -22,14 +22,8 @@ from lanes import missing
 from k2conform import markers as mk
 from k2conform.case.corpus import load_case
 from k2conform.delivery import modes as dl
-from k2conform.grammar.check import (
-    OUTSIDE_REQUEST,
-    Job,
-    generated_calls,
-    run_job,
-    sample_id,
-    source_of,
-)
+from k2conform.case.samples import sample_id, source_of
+from k2conform.grammar.check import OUTSIDE_REQUEST, Job, generated_calls, run_job
 from k2conform.grammar.cli import ENVIRONMENTS
 from k2conform.grammar.walk import CompiledTag
 from k2conform.model import Cell, CellOutcome, Delta, Request
@@ -181,16 +175,18 @@ def test_the_grammar_inventory_owes_a_cell_for_every_case_not_declined_and_every
 
 
 def test_kimi_k3_cases_go_through_vllms_k3_tag_and_parser_without_walks():
-    """A K3 case goes to the K3 adapter of the engine (``grammar.cli.ADAPTERS``), judged by the
-    tag vLLM builds for it (``get_kimi_k3_structural_tag``): the constrained K3 cases are
-    accepted; a string value holding ``<|close|>`` (well-formed: string values are raw) is not,
-    since the tag's argument text excludes it.  No walks: their vocabulary is K2's."""
-    from k2conform.grammar.cli import ADAPTERS, constrainable_cases
+    """A K3 case goes to the K3 adapter of the engine (``delivery.modes.GRAMMAR_ENGINES``),
+    judged by the tag vLLM builds for it (``get_kimi_k3_structural_tag``): the constrained K3
+    cases are accepted; a string value holding ``<|close|>`` (well-formed: string values are
+    raw) is not, since the tag's argument text excludes it.  No walks: their vocabulary is
+    K2's."""
+    from k2conform.grammar.cli import constrainable_cases
     from k2conform_adapters.vllm_k3 import VllmK3Adapter
 
     k3_cases = [c for c in constrainable_cases(None, ["*k3*"]) if c.family == "k3"]
     assert {c.id for c in k3_cases} >= {"y_k3_tool_choice_required", "y_k3_tool_choice_named"}
-    assert ADAPTERS["vllm"]["k3"] == VllmK3Adapter.name
+    assert dl.GRAMMAR_ENGINES["vllm"]["k3"] == VllmK3Adapter.name
+    assert dl.grammar_engine(VllmK3Adapter.name) == "vllm"
     adapter = VllmK3Adapter()
     required = k3_cases[0].request
     assert adapter.structural_tag(replace(required, tool_choice="auto")) is None
@@ -267,6 +263,11 @@ def test_a_grammar_findings_reproduction_command_draws_it_again():
     cell = Cell(sample, "sglang", dl.GRAMMAR_MODE, CellOutcome.DIFFERS)
     assert repro_command(cell, 5) == (
         "k2conform grammar --engine sglang --case y_grammar_required_strict_schema --seed 5"
+    )
+    # a K3 case's cell is its engine's K3 adapter's: the command names the engine
+    k3 = Cell("y_k3_tool_choice_required", "vllm-k3", dl.GRAMMAR_MODE, CellOutcome.DIFFERS)
+    assert repro_command(k3, 5) == (
+        "k2conform grammar --engine vllm --case y_k3_tool_choice_required --seed 5"
     )
 
 

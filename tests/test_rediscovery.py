@@ -8,7 +8,7 @@ import json
 import pytest
 
 from k2conform.bench import rediscovery as rd
-from k2conform.fuzzing.engine import FindingStore, Observation
+from k2conform.fuzzing.differential import FindingStore, Observation
 from k2conform.model import Cell, CellOutcome, FieldDiff, Request, Result
 
 REQUEST = Request()
@@ -57,12 +57,12 @@ def test_findings_keyed_by_the_matrixs_judgement(tmp_path):
 
 
 def test_the_cpu_budget_ends_the_process_with_its_table_written(tmp_path, monkeypatch):
-    from k2conform.fuzzing import engine
+    from k2conform.fuzzing import differential
 
     def exit_now(status):
         raise SystemExit(status)
 
-    monkeypatch.setattr(engine.os, "_exit", exit_now)
+    monkeypatch.setattr(differential.os, "_exit", exit_now)
     store = FindingStore(tmp_path, "differential", cpu_budget=3600.0)
     store.tick()
     assert store.executions == 1  # within the budget: nothing ends

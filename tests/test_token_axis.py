@@ -159,16 +159,16 @@ def test_the_detokenizers_spaces_surround_every_added_token():
 
 @pytest.fixture(scope="module")
 def engine(vllm):
-    from k2conform.fuzzing.engine import Engine
+    from k2conform.fuzzing.differential import Differential
 
-    return Engine(["vllm"])
+    return Differential(["vllm"])
 
 
 def test_a_spelled_finding_is_its_own_axis_and_its_case_replays_it(engine, tmp_path):
     """The differential engine delivers the spelled marker, keys the finding apart from the
     same kind seen unspelled (else the plain finding would hide it), and writes a case file
     with ``spelled_markers`` that the matrix judges as a finding again."""
-    from k2conform.fuzzing.engine import FindingStore, finding_case, judge_finding
+    from k2conform.fuzzing.differential import FindingStore, finding_case, judge_finding
 
     observation = engine.observe(REQUEST, TEXT, "stream-token", spelled=(AT,))
     assert observation.signature == "vllm:dropped-call"

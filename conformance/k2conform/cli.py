@@ -22,7 +22,7 @@ from k2conform.case.corpus import (
     iter_problems,
     load_corpus,
 )
-from k2conform.model import Result, RunResults
+from k2conform.model import Result
 from k2conform.adapter.registry import (
     UnknownAdapter,
     adapter_names,
@@ -32,6 +32,7 @@ from k2conform.adapter.registry import (
 )
 from k2conform.run.results import read_results
 from k2conform.errors import HarnessError, UsageError
+from k2conform.outputs import add_gate_options, check_writable, gate_and_report, write_reports
 
 DESCRIPTION = """\
 Conformance suite and fuzzing corpus for the Kimi K2 tool-calling format.
@@ -168,7 +169,7 @@ def _build_parser() -> argparse.ArgumentParser:
         "writes the reports.  Exit status as for run."
     )
     p.add_argument("results", type=Path, nargs="+", help="the shards' results JSON files")
-    _gate_options(p, "these results")
+    add_gate_options(p, "these results")
     p.set_defaults(handler=cmd_merge)
 
     p = sub.add_parser(
@@ -235,7 +236,7 @@ def _add_run_parser(sub: Any) -> None:
         help="an opt-in mode to run beside the planned ones (repeatable)",
     )
     add_case_options(p)
-    _gate_options(p, "this run")
+    add_gate_options(p, "this run")
     p.add_argument("--jobs", type=int, default=0, help="worker processes (default: all cores)")
     p.add_argument(
         "--timeout", type=float, default=20.0, help="seconds per cell before it is a timeout"
@@ -272,23 +273,6 @@ def _add_run_parser(sub: Any) -> None:
         "files",
     )
     p.set_defaults(handler=cmd_run)
-
-
-def _gate_options(p: argparse.ArgumentParser, what: str) -> None:
-    """The outputs and the gate of a command that ends in results (run, merge)."""
-    p.add_argument("--json", type=Path, help="write every cell with its observed result and diff")
-    p.add_argument("--html", type=Path, help="write the HTML report (and an SVG matrix beside it)")
-    p.add_argument("--markdown", type=Path, help="write a Markdown summary (for a CI job summary)")
-    p.add_argument(
-        "--baseline", type=Path, help="known deviations; new ones and stale entries fail the gate"
-    )
-    p.add_argument(
-        "--allow-missing",
-        action="append",
-        default=[],
-        metavar="ADAPTER",
-        help=f"an adapter the baseline covers that may be absent from {what} (repeatable)",
-    )
 
 
 def _delivery_options(p: argparse.ArgumentParser) -> None:
@@ -423,14 +407,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     from k2conform.gate.baseline import load_baseline
     from k2conform.run.cell import CellSettings
     from k2conform.run.matrix import (
-        Matrix,
+        CellPool,
         RunConfig,
         in_shard,
         plan,
         progress_printer,
         select_cases,
     )
-    from k2conform.run.results import adapter_row, assemble
+    from k2conform.run.results import adapter_row, build_results
 
     opt_in = tuple(args.opt_in or ())
     if args.delivery and opt_in:
@@ -450,23 +434,23 @@ def cmd_run(args: argparse.Namespace) -> int:
         None if args.delivery else {n: dl.planned_modes(a, opt_in) for n, a in zip(names, adapters)}
     )
     baseline = load_baseline(args.baseline) if args.baseline else None
-    _check_writable(args.json, args.html, args.markdown)
+    check_writable(args.json, args.html, args.markdown)
     run_dir = args.run_dir or next(
         (p.parent for p in (args.json, args.html, args.markdown) if p), None
     )
     config = RunConfig(root, tuple(names), args.jobs, CellSettings.from_args(args), run_dir)
-    matrix = Matrix(config, progress=progress_printer())
+    pool = CellPool(config, progress=progress_printer())
     started = time.monotonic()
     options = {n: a.request_options for n, a in zip(names, adapters)}
     families = {n: a.families for n, a in zip(names, adapters)}
     tasks = plan(cases, names, modes, per_adapter, options, families)
     with _sigterm_interrupts():
-        cells = matrix.run(tasks)
-    extra: dict[str, Any] = {"inventory": {"planned": matrix.planned, "run": len(cells)}}
-    if matrix.interrupted:
+        cells = pool.run(tasks)
+    extra: dict[str, Any] = {"inventory": {"planned": pool.planned, "run": len(cells)}}
+    if pool.interrupted:
         extra["partial"] = {
             "cells": len(cells),
-            "planned": matrix.planned,
+            "planned": pool.planned,
             "reason": "interrupted (Ctrl-C or SIGTERM)",
         }
     if args.shard:
@@ -475,18 +459,18 @@ def cmd_run(args: argparse.Namespace) -> int:
         from k2conform.bench.measure import streaming_cost
 
         extra["streaming_cost"] = streaming_cost(_read_json(args.bench, "bench results"))
-    rows = [adapter_row(a, matrix.availability.get(a.name, ("ok", ""))) for a in adapters]
-    results = assemble(
-        cells, cases, rows, args.seed, modes, time.monotonic() - started, matrix.restarts, **extra
+    rows = [adapter_row(a, pool.availability.get(a.name, ("ok", ""))) for a in adapters]
+    results = build_results(
+        cells, cases, rows, args.seed, modes, time.monotonic() - started, pool.restarts, **extra
     )
-    status = _gate_and_report(results, baseline, args)
-    if matrix.interrupted:
+    status = gate_and_report(results, baseline, args)
+    if pool.interrupted:
         written = (
             ", ".join(str(p) for p in (args.json, args.html, args.markdown) if p)
             or "nowhere (no --json)"
         )
         print(
-            f"k2conform run: interrupted after {len(cells)} of {matrix.planned} cells; partial "
+            f"k2conform run: interrupted after {len(cells)} of {pool.planned} cells; partial "
             f"results written to {written}, marked partial",
             file=sys.stderr,
         )
@@ -512,56 +496,6 @@ def _sigterm_interrupts() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _check_writable(*paths: Path | None) -> None:
-    """Refuse, before any work, an output path that cannot be written."""
-    for path in paths:
-        if path is None:
-            continue
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as error:
-            raise UsageError(f"cannot write {path}: {error.strerror or error}") from None
-        if (
-            path.is_dir()
-            or not os.access(path.parent, os.W_OK)
-            or (path.exists() and not os.access(path, os.W_OK))
-        ):
-            raise UsageError(f"cannot write {path}: not a writable file path")
-
-
-def _gate_and_report(results: RunResults, baseline: Any, args: argparse.Namespace) -> int:
-    """The gate, the reports, the console summary; the exit status."""
-    from k2conform.report import pages as report
-    from k2conform.report.findings import gated
-
-    results, passed = gated(results, baseline, args.allow_missing)
-    passed = passed and "partial" not in results.extra
-    document = results.to_json()
-    _write_reports(document, args.json, args.html, args.markdown)
-    sys.stdout.write(
-        report.markdown(document)
-    )  # the gate's every new, stale and missing item by name
-    return 0 if passed else 1
-
-
-def _write_reports(
-    results: dict[str, Any], json_path: Path | None, html_path: Path | None, md_path: Path | None
-) -> None:
-    from k2conform.report import pages as report
-
-    for path, text in (
-        (json_path, lambda: json.dumps(results, ensure_ascii=False, indent=1)),
-        (html_path, lambda: report.html_page(results)),
-        (html_path.with_suffix(".svg") if html_path else None, lambda: report.matrix_svg(results)),
-        (md_path, lambda: report.markdown(results)),
-    ):
-        if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            # A parser's strings may hold lone surrogates (ms-swift decodes the JSON escape \ud83d
-            # and re-encodes it with ensure_ascii=False): written as \udXXX, which JSON reads back.
-            path.write_text(text(), encoding="utf-8", errors="backslashreplace")
-
-
 def _read_json(path: Path, what: str) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
@@ -583,7 +517,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         from k2conform.report.coverage_section import read_coverage
 
         document["coverage"] = read_coverage(args.coverage)
-    _write_reports(document, None, args.html, args.markdown)
+    write_reports(document, None, args.html, args.markdown)
     return 0
 
 
@@ -593,7 +527,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
     merged = merge([(str(path), read_results(path)) for path in args.results])
     baseline = load_baseline(args.baseline) if args.baseline else None
-    return _gate_and_report(merged, baseline, args)
+    return gate_and_report(merged, baseline, args)
 
 
 def cmd_baseline(args: argparse.Namespace) -> int:
@@ -622,7 +556,7 @@ def cmd_baseline(args: argparse.Namespace) -> int:
         json.dumps(document, ensure_ascii=False, indent=1) + "\n",
         encoding="utf-8",
         errors="backslashreplace",
-    )  # lone surrogates: see _write_reports
+    )  # lone surrogates: see outputs.write_reports
     print(f"{len(document['entries'])} baseline entries written to {args.out}")
     return 0
 

@@ -5,7 +5,7 @@ The behaviours are the catalogue's (``corpus/findings/catalogue``) for the in-pr
 under test, one per adapter, outcome, differing fields and family of delivery modes (the
 report's grouping).  Each trial fuzzes the differential target from a seed set that shows
 (almost) none of them, with the findings keyed by the matrix's judgement of their case
-(``--distinct cells``: :class:`k2conform.fuzzing.engine.FindingStore`), for a budget of CPU
+(``--distinct cells``: :class:`k2conform.fuzzing.differential.FindingStore`), for a budget of CPU
 seconds of fuzzing (the set-up is not counted), under a recorded libFuzzer seed.  A behaviour
 is rediscovered when a finding's judged cell is that behaviour; since ``minimize`` holds the
 matrix's judgement, the finding's minimised case shows it too.  Behaviours the seed set shows

@@ -548,7 +548,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     entries = None
     if args.baseline:
         entries = [e for path in args.baseline for e in load_baseline(path).entries]
-    _quiet()
+    quiet()
     root = args.corpus or default_corpus_dir()
     corpus = {c.id: c for c in load_corpus(root).completions}
     out = args.out or default_corpus_dir() / "findings" / "catalogue"
@@ -565,7 +565,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     return 0
 
 
-def _quiet() -> None:
+def quiet() -> None:
     """The parsers' own logging and warnings off: the command's lines are its output."""
     import logging
     import warnings

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
-from k2conform.catalogue.build import _quiet, reach_in_session, spec_name
+from k2conform.catalogue.build import quiet, reach_in_session, spec_name
 from k2conform.catalogue.index import Entry, read_catalogue
 from k2conform.errors import UsageError
 from k2conform.run.cell import CellSettings, run_cell
@@ -101,7 +101,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     root = args.directory or default_corpus_dir() / "findings" / "catalogue"
     if not root.is_dir():
         raise UsageError(f"no such directory: {root}")
-    _quiet()
+    quiet()
     venv_root = args.venv_root or Path(os.environ.get("K2CONFORM_VENVS", ".venvs"))
     tally = check(root, tuple(args.adapter), venv_root, args.timeout)
     print(

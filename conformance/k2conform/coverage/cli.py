@@ -67,7 +67,7 @@ def add_parser(subparsers: Any) -> None:
 def cmd_coverage(args: argparse.Namespace) -> int:
     from k2conform.adapter.registry import default_adapter_names
     from k2conform.case.corpus import default_corpus_dir
-    from k2conform.cli import _check_writable
+    from k2conform.outputs import check_writable
     from k2conform.coverage import page, reviewed
     from k2conform.coverage.measure import measure
     from k2conform.coverage.sources import Source, targets
@@ -84,7 +84,7 @@ def cmd_coverage(args: argparse.Namespace) -> int:
     )
     source.cases()  # a bad directory or an empty selection stops here, before anything runs
     entries = reviewed.load(args.unreachable)  # a malformed list stops here, before anything runs
-    _check_writable(args.json, args.html)
+    check_writable(args.json, args.html)
     measured, skipped = targets(args.adapter or default_adapter_names(), modes)
     document = measure(measured, skipped, source, CellSettings(), entries)
     if args.json:

@@ -27,8 +27,7 @@ from typing import Any
 from k2conform.coverage.reviewed import Entry
 from k2conform.coverage.sources import NotMeasured, Source, Target
 from k2conform.errors import HarnessError, UsageError
-
-SCHEMA = "k2conform-coverage/1"
+from k2conform.report.coverage_section import SCHEMA
 
 
 def measure(

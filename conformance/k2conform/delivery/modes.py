@@ -153,6 +153,19 @@ SERVER_MODES = tuple(name for name, mode in MODES.items() if mode.server)
 #: Not a delivery mode: the column ``k2conform grammar`` adds (an engine's own grammar against its
 #: own parser, docs/grammar.md).  What its grammar admits reaches the parser token-aligned.
 GRAMMAR_MODE = "grammar"
+#: The engines of the ``grammar`` column (``k2conform grammar --engine``): per engine, the adapter
+#: whose grammar and parser each format family's cases go through.  SGLang's Kimi K3 tag is not in
+#: it yet (docs/grammar.md): it names K3's special tokens as tokens, which the lane's
+#: character-level acceptance cannot compile.
+GRAMMAR_ENGINES = {"vllm": {"k2": "vllm", "k3": "vllm-k3"}, "sglang": {"k2": "sglang"}}
+
+
+def grammar_engine(adapter: str) -> str:
+    """The engine whose grammar a ``grammar`` cell of this adapter checked (the adapter's own
+    name when it is no engine's)."""
+    return next((e for e, by in GRAMMAR_ENGINES.items() if adapter in by.values()), adapter)
+
+
 TOKEN_ALIGNED_MODES = (
     *(name for name, mode in MODES.items() if mode.token_aligned),
     GRAMMAR_MODE,

@@ -161,7 +161,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         raise UsageError("give --seconds N or --runs N (fuzzing never ends by itself)")
     if any(limit is not None and limit <= 0 for limit in (args.seconds, args.runs)):
         raise UsageError("--seconds and --runs must be more than 0 (0 means no limit to libFuzzer)")
-    from k2conform.fuzzing.engine import FUZZ_MODES, refuse_other_family
+    from k2conform.fuzzing.differential import FUZZ_MODES, refuse_other_family
 
     for name in args.adapter or ():  # an unknown name is a usage error before any process starts
         refuse_other_family(create_adapter(name))
@@ -318,7 +318,7 @@ def verdict_line(
 def summary(target: str, workers: Sequence[Any], findings: Path) -> str:
     """Executions, exec/s (the workers' rates added up), peak RSS (the largest worker's),
     libFuzzer's last ``cov``/``ft`` (the highest), crash inputs, and the findings table."""
-    from k2conform.fuzzing.engine import format_table
+    from k2conform.fuzzing.differential import format_table
 
     def total(stat: str) -> int | str:
         values = [w.stats[stat] for w in workers if stat in w.stats]

@@ -56,7 +56,7 @@ def write_service_files(out: Path | str, corpus_root: Path | str | None = None) 
     libFuzzer flags ``k2conform fuzz`` passes) and, for the targets that read the envelope,
     ``fuzz_NAME_seed_corpus.zip`` and ``fuzz_NAME.dict``.  The zip is byte-for-byte the same
     on every build (sorted names, fixed timestamps)."""
-    from k2conform.fuzzing.engine import DEFAULT_DEADLINE
+    from k2conform.fuzzing.differential import DEFAULT_DEADLINE
     from k2conform.fuzzing.targets import ENVELOPE_TARGETS, MAX_LEN, TARGETS, libfuzzer_timeout
 
     out = Path(out)

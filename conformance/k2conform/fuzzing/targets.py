@@ -168,7 +168,7 @@ def reference_target(seen: Any = None) -> Callable[[bytes], None]:
 
 
 #: One input in this many (by its hash) has the reference's own stream checked even when no
-#: adapter disagrees (:meth:`k2conform.fuzzing.engine.Engine.verify_reference_stream`).
+#: adapter disagrees (:meth:`k2conform.fuzzing.differential.Differential.verify_reference_stream`).
 REFERENCE_STREAM_SAMPLE = 16
 
 
@@ -351,10 +351,10 @@ def roundtrip_target(engine: Any, modes: Sequence[str], store: Any) -> Callable[
 
 def _load_engine(atheris: Any, options: argparse.Namespace) -> Any:
     """The engine with its adapters loaded, then the parsers' declared files instrumented."""
-    from k2conform.fuzzing.engine import Engine
+    from k2conform.fuzzing.differential import Differential
     from k2conform.fuzzing.instrument import instrument_adapters
 
-    engine = Engine(options.adapter, deadline=options.deadline)
+    engine = Differential(options.adapter, deadline=options.deadline)
     for name, reason in engine.skipped.items():
         print(f"[k2conform fuzz] {name} unavailable: {reason}", file=sys.stderr)
     under_test = engine.adapters if options.instrument in ("parsers", KIMI) else []
@@ -384,7 +384,12 @@ def main(name: str, argv: Sequence[str] | None = None) -> None:
         kwargs = mutators(seen)
     else:
         from k2conform.delivery.modes import TEXT_LEVEL_MODES
-        from k2conform.fuzzing.engine import CUT_MODES, DEFAULT_FUZZ_MODES, FUZZ_MODES, FindingStore
+        from k2conform.fuzzing.differential import (
+            CUT_MODES,
+            DEFAULT_FUZZ_MODES,
+            FUZZ_MODES,
+            FindingStore,
+        )
 
         modes = tuple(options.delivery or DEFAULT_FUZZ_MODES)
         unknown = [m for m in modes if m not in FUZZ_MODES]
@@ -393,7 +398,7 @@ def main(name: str, argv: Sequence[str] | None = None) -> None:
         engine = _load_engine(atheris, options)
         judge = None
         if options.distinct == "cells":
-            from k2conform.fuzzing.engine import judge_finding
+            from k2conform.fuzzing.differential import judge_finding
 
             by_name = {adapter.name: adapter for adapter in engine.adapters}
 

@@ -3,7 +3,7 @@
 Each worker is the target run as ``k2conform fuzz`` runs one (:func:`run_workers` is that
 run for N = 1 too), with ``--worker K``: it keeps its own findings table
 (``signatures-<target>.worker-K.json``) and claims a new signature before it saves a case
-file, so two workers never save the same one twice (:class:`~k2conform.fuzzing.engine.
+file, so two workers never save the same one twice (:class:`~k2conform.fuzzing.differential.
 FindingStore`).  All of them write new inputs to the same first corpus directory, which
 libFuzzer re-reads every second (``-reload``, on by default), so each fuzzes from what the
 others found.  libFuzzer's own ``-jobs=N -workers=N`` is not used: it runs ``argv`` again

@@ -146,7 +146,7 @@ class Stale:
 
 
 @dataclass
-class Verdict:
+class FindingSplit:
     new: list[Cell]
     baselined: list[Cell]
     stale: list[Stale]
@@ -157,7 +157,7 @@ class Verdict:
         return not self.new and not self.stale and not self.adapter_errors
 
 
-def judge(cells: Sequence[Cell], entries: Sequence[BaselineEntry]) -> Verdict:
+def split_findings(cells: Sequence[Cell], entries: Sequence[BaselineEntry]) -> FindingSplit:
     """Split the findings into new and baselined; find entries that no longer occur.
 
     Cells whose adapter glue failed are set apart (``adapter_errors``): they say nothing
@@ -193,7 +193,7 @@ def judge(cells: Sequence[Cell], entries: Sequence[BaselineEntry]) -> Verdict:
                     for d in entry.deliveries
                     if d in deliveries and (i, case, d) not in matched
                 )
-    return Verdict(new, baselined, stale, {a: dict(e) for a, e in adapter_errors.items()})
+    return FindingSplit(new, baselined, stale, {a: dict(e) for a, e in adapter_errors.items()})
 
 
 def gate(
@@ -203,15 +203,15 @@ def gate(
     glue failed, and, with a baseline, no finding is new, no entry is stale or unreviewed
     (its reason a ``TODO``) and every adapter the baseline names ran (unless allowed
     missing); without one, when nothing is a finding."""
-    verdict = judge(results.cells, baseline.entries if baseline else [])
+    split = split_findings(results.cells, baseline.entries if baseline else [])
     empty = shortfall(results)
     if baseline is None:
         passed = (
             not empty
-            and not verdict.adapter_errors
+            and not split.adapter_errors
             and not any(c.outcome.finding for c in results.cells)
         )
-        return results.with_extra(adapter_errors=verdict.adapter_errors), passed
+        return results.with_extra(adapter_errors=split.adapter_errors), passed
     rows = {row.name: row for row in results.adapters}
     missing = []
     for name in baseline.adapters:
@@ -232,20 +232,20 @@ def gate(
             "deliberate"
         )
     unreviewed = unreviewed_entries(baseline.entries)
-    passed = verdict.passed and not missing and not empty and not unreviewed
+    passed = split.passed and not missing and not empty and not unreviewed
     block = {
         "passed": passed,
-        "new": len(verdict.new),
-        "baselined": len(verdict.baselined),
-        "stale": [e.to_json() for e in verdict.stale],
+        "new": len(split.new),
+        "baselined": len(split.baselined),
+        "stale": [e.to_json() for e in split.stale],
         "missing": missing + empty,
         "unreviewed": unreviewed,
         "new_cells": [
             f"{c.case} {c.adapter} {c.delivery}: {c.outcome} {','.join(c.fields)}"
-            for c in verdict.new
+            for c in split.new
         ],
     }
-    return results.with_extra(adapter_errors=verdict.adapter_errors, gate=block), passed
+    return results.with_extra(adapter_errors=split.adapter_errors, gate=block), passed
 
 
 def unreviewed_entries(entries: Iterable[BaselineEntry]) -> list[str]:
@@ -280,7 +280,7 @@ def baseline_from_cells(
             everywhere = deliveries == modes_run[(adapter, case)] and len(deliveries) > 1
             by_deliveries[("*",) if everywhere else tuple(sorted(deliveries))].append(case)
         for deliveries, cases in by_deliveries.items():
-            reason, link = _reviewed(previous, adapter, outcome, fields, cases)
+            reason, link = _reviewed_reason(previous, adapter, outcome, fields, cases)
             entries.append(
                 BaselineEntry(
                     adapter, outcome, fields, deliveries, tuple(sorted(cases)), reason, link
@@ -338,7 +338,7 @@ def behaviour_units(entries: Iterable[dict[str, Any]]) -> set[tuple[str, ...]]:
     }
 
 
-def _reviewed(
+def _reviewed_reason(
     previous: Sequence[BaselineEntry],
     adapter: str,
     outcome: str,

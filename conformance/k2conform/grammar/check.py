@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import random
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -17,6 +16,7 @@ from k2conform import markers as mk
 from k2conform.adapter.harness import guarded
 from k2conform.adapter.registry import create_adapter, load
 from k2conform.case.corpus import CompletionCase, Expectation
+from k2conform.case.samples import SAMPLE_CLASS, sample_id
 from k2conform.delivery import modes as dl
 from k2conform.grammar.walk import CompiledTag, xgrammar_version
 from k2conform.judge.cell import judge_result
@@ -36,12 +36,10 @@ from k2conform.run.results import adapter_row, case_summary
 GRAMMAR = dl.GRAMMAR_MODE
 #: How a grammar-admitted output reaches the parser: what an engine sends, one-shot and per token.
 PARSE_MODES = ("whole", "stream-token")
-SAMPLE_CLASS = "GRAMMAR.sample"
 #: A well-formed output the request does not allow (no call under required, another tool or a
 #: second call under a named one, a strict schema broken): the grammar must reject it.
 OUTSIDE_REQUEST = "GRAMMAR.outside-request"
 FUNCTION_PREFIX = "functions."
-_SAMPLE_ID = re.compile(r"y_sample_[\w-]+?_\d+_of_([yni]_.+)")
 
 
 @dataclass(frozen=True)
@@ -285,17 +283,6 @@ def draw_samples(
             )
         )
     return samples
-
-
-def sample_id(engine: str, draw: int, source: str) -> str:
-    return f"y_sample_{engine}_{draw}_of_{source}"
-
-
-def source_of(case_id: str) -> str:
-    """The corpus case a sample's grammar was built for (the case itself for a corpus case):
-    what ``k2conform grammar --case`` selects to draw the same walks again."""
-    found = _SAMPLE_ID.fullmatch(case_id)
-    return found.group(1) if found else case_id
 
 
 def generated_calls(text: str) -> tuple[ToolCall, ...]:

@@ -24,15 +24,11 @@ from k2conform.errors import HarnessError, UsageError
 
 #: The engines whose grammar is checked: engine → the environment with its pinned xgrammar.
 ENVIRONMENTS = {"vllm": "grammar-vllm", "sglang": "grammar-sglang"}
-#: Per engine, the adapter whose grammar and parser each format family's cases go through.
-#: SGLang's Kimi K3 tag is not in the lane yet (docs/grammar.md): it names K3's special tokens
-#: as tokens, which the lane's character-level acceptance cannot compile.
-ADAPTERS = {"vllm": {"k2": "vllm", "k3": "vllm-k3"}, "sglang": {"k2": "sglang"}}
 DEFAULT_SAMPLES = 20
 
 
 def add_parser(subparsers: Any) -> None:
-    from k2conform.cli import _gate_options
+    from k2conform.outputs import add_gate_options
 
     p = subparsers.add_parser("grammar", help="each engine's grammar against its own parser")
     p.description = (__doc__ or "").replace("\n", " ")
@@ -58,13 +54,13 @@ def add_parser(subparsers: Any) -> None:
         default=venvs,
         help="where the grammar environments are (default .venvs, or $K2CONFORM_VENVS)",
     )
-    _gate_options(p, "this check")
+    add_gate_options(p, "this check")
     p.set_defaults(handler=cmd_grammar)
 
 
 def cmd_grammar(args: argparse.Namespace) -> int:
     from k2conform import __version__
-    from k2conform.cli import _check_writable, _gate_and_report
+    from k2conform.outputs import check_writable, gate_and_report
     from k2conform.gate.baseline import load_baseline
     from k2conform.grammar.check import Job
     from k2conform.model import AdapterRow, Cell, RunResults
@@ -83,12 +79,12 @@ def cmd_grammar(args: argparse.Namespace) -> int:
         for engine in args.engine or ENVIRONMENTS
     }
     baseline = load_baseline(args.baseline) if args.baseline else None
-    _check_writable(args.json, args.html, args.markdown)
+    check_writable(args.json, args.html, args.markdown)
     started = time.monotonic()
     jobs = {
         adapter: (engine, Job(adapter, chosen, args.seed, args.samples, settings))
         for engine in pythons
-        for family, adapter in ADAPTERS[engine].items()
+        for family, adapter in dl.GRAMMAR_ENGINES[engine].items()
         if (chosen := tuple(c for c in cases if c.family == family))
     }
     documents = run_workers(
@@ -113,7 +109,7 @@ def cmd_grammar(args: argparse.Namespace) -> int:
             )
         },
     )
-    return _gate_and_report(results, baseline, args)
+    return gate_and_report(results, baseline, args)
 
 
 def inventory(jobs: Iterable[tuple[int, Mapping[str, Any]]]) -> dict[str, int]:

@@ -423,7 +423,12 @@ def cmd_minimize(args: argparse.Namespace) -> int:
 
     from k2conform.case.corpus import default_corpus_dir
     from k2conform.errors import UsageError
-    from k2conform.fuzzing.engine import FUZZ_MODES, Engine, finding_case, write_case_file
+    from k2conform.fuzzing.differential import (
+        FUZZ_MODES,
+        Differential,
+        finding_case,
+        write_case_file,
+    )
     from k2conform.model import dumps_canonical
 
     request, text, deltas, named, named_signature, spelled = read_input(args.input)
@@ -437,7 +442,7 @@ def cmd_minimize(args: argparse.Namespace) -> int:
     baseline = _read_baseline(args.baseline)
     logging.disable(logging.CRITICAL)
     warnings.simplefilter("ignore")
-    engine = Engine(args.adapter)
+    engine = Differential(args.adapter)
     wanted = args.signature or named_signature
     try:
         observation, start, small, minimizer = minimize_input(
@@ -513,7 +518,7 @@ def _read_baseline(path: Path | None) -> Any:
 
 def _print_known(case: Any, cells: Mapping[str, Any], mode: str) -> None:
     """For each adapter held, the matrix's judgement and where the project already has it."""
-    from k2conform.fuzzing.engine import axis
+    from k2conform.fuzzing.differential import axis
     from k2conform.minimize.known import NEW, Judgement, Known
 
     known = Known.load()

@@ -4,7 +4,7 @@ A fuzz signature (``vllm:wrong-name``) is the fuzzer's coarse kind, decided agai
 reference alone; what the project records is a *behaviour*, the matrix's judgement of a cell
 (:func:`k2conform.run.cell.run_cell`): an adapter, an outcome and the fields that differ.  So
 a finding is first judged as the matrix would judge its case file
-(:func:`k2conform.fuzzing.engine.judge_finding`),
+(:func:`k2conform.fuzzing.differential.judge_finding`),
 then looked up (:meth:`Known.lookup`):
 
 * **corpus**: a case of the matrix corpus with the same request and model output;
@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from k2conform.case.corpus import CATALOGUE, CompletionCase, default_corpus_dir, load_corpus
-from k2conform.fuzzing.engine import axis, axis_mode, judge_finding, matrix_mode
+from k2conform.fuzzing.differential import axis, axis_mode, judge_finding, matrix_mode
 from k2conform.gate.baseline import BaselineEntry, load_baseline
 from k2conform.model import Cell
 from k2conform.report.findings import family
@@ -56,8 +56,9 @@ def _request_key(case: CompletionCase) -> str:
 
 def axis_family(label: str) -> str:
     """The report's family of modes of a mode or an :attr:`Observation.axis
-    <k2conform.fuzzing.engine.Observation.axis>`: markers spelled from ordinary token pieces are
-    a family apart (``token-aligned+spelled``), whose findings no unspelled case shows."""
+    <k2conform.fuzzing.differential.Observation.axis>`: markers spelled from ordinary token
+    pieces are a family apart (``token-aligned+spelled``), whose findings no unspelled case
+    shows."""
     mode = axis_mode(label)
     return family(mode) + label[len(mode) :]
 

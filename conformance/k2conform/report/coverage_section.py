@@ -13,12 +13,12 @@ from typing import Any
 from k2conform.errors import UsageError
 
 ROLE_NAMES = {"kimi": "Kimi-specific", "shared": "shared"}
+#: What a ``k2conform coverage --json`` document says it is (``coverage.measure`` writes it).
+SCHEMA = "k2conform-coverage/1"
 
 
 def read_coverage(path: Path) -> dict[str, Any]:
     """A ``k2conform coverage --json`` document; anything else is a usage error naming the file."""
-    from k2conform.coverage.measure import SCHEMA
-
     try:
         document = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as error:

@@ -123,7 +123,7 @@ def behaviours(results: RunResults, entries: Sequence[BaselineEntry]) -> dict[st
             by_reason[(cell.adapter, family(cell.delivery), reason)].append((cell, matched))
         else:
             unexplained.append((cell, bool(matched)))
-    found = [_reviewed(*key, group) for key, group in by_reason.items()]
+    found = [_explained(*key, group) for key, group in by_reason.items()]
     found += _by_signature(unexplained)
     ordered: dict[str, list[Behaviour]] = {row.name: [] for row in results.adapters}
     for behaviour in sorted(found, key=_reading_order):
@@ -131,7 +131,7 @@ def behaviours(results: RunResults, entries: Sequence[BaselineEntry]) -> dict[st
     return ordered
 
 
-def _reviewed(
+def _explained(
     adapter: str, fam: str, reason: str, group: Sequence[tuple[Cell, Sequence[BaselineEntry]]]
 ) -> Behaviour:
     links = dict.fromkeys(e.link for _, matched in group for e in matched if e.link)
@@ -164,14 +164,14 @@ def repro_command(cell: Cell, seed: int) -> str:
     """The ``k2conform report-finding`` command that reruns this cell and writes its bug report
     (for a ``grammar`` cell, the ``k2conform grammar`` command that draws it again)."""
     if cell.delivery == dl.GRAMMAR_MODE:
-        from k2conform.grammar.check import source_of
+        from k2conform.case.samples import source_of
 
         return shlex.join(
             [
                 "k2conform",
                 "grammar",
                 "--engine",
-                cell.adapter,
+                dl.grammar_engine(cell.adapter),
                 "--case",
                 source_of(cell.case),
                 "--seed",

@@ -137,7 +137,7 @@ class _Slot:
     deadline: float = 0.0
 
 
-class Matrix:
+class CellPool:
     """Runs cells on ``jobs`` worker processes with a per-cell deadline."""
 
     def __init__(self, config: RunConfig, progress: Any = None) -> None:

@@ -69,7 +69,7 @@ def adapter_row(adapter: Any, availability: tuple[str, str]) -> AdapterRow:
     )
 
 
-def assemble(
+def build_results(
     cells: Sequence[Cell],
     cases: Sequence[CompletionCase],
     adapters: Sequence[AdapterRow],

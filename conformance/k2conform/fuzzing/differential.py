@@ -1,4 +1,5 @@
-"""The differential engine shared by the fuzz targets and ``k2conform minimize``.
+"""The differential run shared by the fuzz targets and ``k2conform minimize``: one input through
+the reference (the oracle) and every adapter under test, in each delivery mode.
 
 It keeps the harness's isolation rules: an adapter is driven through
 :func:`k2conform.adapter.harness.execute`, so an exception inside a parser is a ``crash`` result
@@ -105,7 +106,7 @@ class _SpanCache:
 
 
 @dataclass
-class Engine:
+class Differential:
     """Adapters loaded once; ``observe`` runs one input through them."""
 
     adapter_names: Sequence[str] | None = None
