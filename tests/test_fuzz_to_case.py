@@ -209,10 +209,10 @@ def test_a_baseline_minimize_cannot_write_is_one_line_and_exit_2(tmp_path):
     traceback."""
     from k2conform.errors import UsageError
     from k2conform.gate.baseline import load_baseline
-    from k2conform.minimize.delta_debug import _add_baseline_entries
+    from k2conform.minimize.cli import add_baseline_entries
 
     good = tmp_path / "baseline.json"
     good.write_text(json.dumps({"adapters": [], "entries": []}))
     case = type("Case", (), {"id": "i_fuzz_x"})()
     with pytest.raises(UsageError, match="the case is written \\(i_fuzz_x\\), the baseline is"):
-        _add_baseline_entries(tmp_path, load_baseline(good), case)  # a folder: not writable
+        add_baseline_entries(tmp_path, load_baseline(good), case)  # a folder: not writable

@@ -171,7 +171,7 @@ def test_usage_errors(tmp_path):
 
 def test_a_plugin_script_without_context_parameters(tmp_path, corpus):
     """An adapter whose repro_script takes only (request, deltas, mode) still gets a report."""
-    from k2conform.report_finding.bug_report import _script, reproduces, run_script
+    from k2conform.report_finding.bug_report import reproduces, run_script, script_for
     from k2conform.delivery.modes import Delivery
     from k2conform.model import Delta
     from k2conform.model import Cell, CellOutcome, FieldDiff
@@ -184,7 +184,7 @@ def test_a_plugin_script_without_context_parameters(tmp_path, corpus):
             )
 
     case = next(c for c in corpus.completions if c.id == "y_spec_single_call")
-    script = _script(Minimal(), case, Delivery("whole", (Delta(case.model_output),)), None)
+    script = script_for(Minimal(), case, Delivery("whole", (Delta(case.model_output),)), None)
     run = run_script(script)
     cell = Cell(
         case.id,

@@ -70,11 +70,11 @@ Adapters in another process (the adapter protocol, docs/adapter-protocol.md):
 #: raise UsageError for bad input and return the exit status.
 COMMAND_MODULES: tuple[str, ...] = (
     "k2conform.adapter.serve",
-    "k2conform.engine.fake",
+    "k2conform.engine.cli",
     "k2conform.fuzzing.cli",
-    "k2conform.minimize.delta_debug",
-    "k2conform.bench.measure",
-    "k2conform.report_finding.bug_report",
+    "k2conform.minimize.cli",
+    "k2conform.bench.cli",
+    "k2conform.report_finding.cli",
     "k2conform.setup.parsers",
     "k2conform.coverage.cli",
     "k2conform.history.cli",
