@@ -6,13 +6,10 @@ import argparse
 import importlib
 import json
 import os
-import signal
 import sys
-import time
 import traceback
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 from k2conform.delivery import modes as dl
 from k2conform.case.corpus import (
@@ -406,15 +403,7 @@ def _shard(text: str) -> tuple[int, int]:
 def cmd_run(args: argparse.Namespace) -> int:
     from k2conform.gate.baseline import load_baseline
     from k2conform.run.cell import CellSettings
-    from k2conform.run.matrix import (
-        CellPool,
-        RunConfig,
-        in_shard,
-        plan,
-        progress_printer,
-        select_cases,
-    )
-    from k2conform.run.results import adapter_row, build_results
+    from k2conform.run.matrix import RunConfig, in_shard, run_matrix, select_cases
 
     opt_in = tuple(args.opt_in or ())
     if args.delivery and opt_in:
@@ -427,51 +416,34 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.shard:
         cases = [c for c in cases if in_shard(c.id, *args.shard)]
     names = args.adapter or default_adapter_names()
-    adapters = [create_adapter(name, args.timeout) for name in names]
+    adapters = {name: create_adapter(name, args.timeout) for name in names}
     modes = tuple(args.delivery or (m for m in dl.MODES if m not in dl.OPT_IN_MODES or m in opt_in))
     # No --delivery: each adapter in the modes it takes (server modes for server adapters).
     per_adapter = (
-        None if args.delivery else {n: dl.planned_modes(a, opt_in) for n, a in zip(names, adapters)}
+        None if args.delivery else {n: dl.planned_modes(a, opt_in) for n, a in adapters.items()}
     )
     baseline = load_baseline(args.baseline) if args.baseline else None
+    streaming = _read_json(args.bench, "bench results") if args.bench else None
     check_writable(args.json, args.html, args.markdown)
     run_dir = args.run_dir or next(
         (p.parent for p in (args.json, args.html, args.markdown) if p), None
     )
     config = RunConfig(root, tuple(names), args.jobs, CellSettings.from_args(args), run_dir)
-    pool = CellPool(config, progress=progress_printer())
-    started = time.monotonic()
-    options = {n: a.request_options for n, a in zip(names, adapters)}
-    families = {n: a.families for n, a in zip(names, adapters)}
-    tasks = plan(cases, names, modes, per_adapter, options, families)
-    with _sigterm_interrupts():
-        cells = pool.run(tasks)
-    extra: dict[str, Any] = {"inventory": {"planned": pool.planned, "run": len(cells)}}
-    if pool.interrupted:
-        extra["partial"] = {
-            "cells": len(cells),
-            "planned": pool.planned,
-            "reason": "interrupted (Ctrl-C or SIGTERM)",
-        }
-    if args.shard:
-        extra["shard"] = "{}/{}".format(*args.shard)
-    if args.bench:
+    results = run_matrix(cases, adapters, modes, per_adapter, config, args.seed, args.shard)
+    if streaming is not None:
         from k2conform.bench.measure import streaming_cost
 
-        extra["streaming_cost"] = streaming_cost(_read_json(args.bench, "bench results"))
-    rows = [adapter_row(a, pool.availability.get(a.name, ("ok", ""))) for a in adapters]
-    results = build_results(
-        cells, cases, rows, args.seed, modes, time.monotonic() - started, pool.restarts, **extra
-    )
+        results = results.with_extra(streaming_cost=streaming_cost(streaming))
     status = gate_and_report(results, baseline, args)
-    if pool.interrupted:
+    partial = results.extra.get("partial")
+    if partial:
         written = (
             ", ".join(str(p) for p in (args.json, args.html, args.markdown) if p)
             or "nowhere (no --json)"
         )
         print(
-            f"k2conform run: interrupted after {len(cells)} of {pool.planned} cells; partial "
-            f"results written to {written}, marked partial",
+            f"k2conform run: interrupted after {partial['cells']} of {partial['planned']} cells; "
+            f"partial results written to {written}, marked partial",
             file=sys.stderr,
         )
         return INTERRUPTED
@@ -480,20 +452,6 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 #: The exit status of an interrupted run (128 + SIGINT, as a shell reports it).
 INTERRUPTED = 130
-
-
-@contextmanager
-def _sigterm_interrupts() -> Iterator[None]:
-    """SIGTERM stops a run the way Ctrl-C does: workers stopped, partial results kept."""
-
-    def interrupt(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _read_json(path: Path, what: str) -> Any:

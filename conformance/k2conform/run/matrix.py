@@ -30,7 +30,7 @@ from typing import Any, Collection, Iterable, Iterator, Mapping, Sequence
 from k2conform.adapter.registry import create_adapter, load
 from k2conform.case.corpus import CompletionCase, load_corpus
 from k2conform.errors import HarnessError
-from k2conform.model import Cell
+from k2conform.model import Cell, RunResults
 from k2conform.run.cell import CellSettings, case_unfit, run_cell
 
 
@@ -354,3 +354,60 @@ def progress_printer(stream: Any = sys.stderr) -> Any:
             stream.write(f"{done}/{total} cells\n")
 
     return show
+
+
+def run_matrix(
+    cases: Sequence[CompletionCase],
+    adapters: Mapping[str, Any],
+    modes: Sequence[str],
+    per_adapter: Mapping[str, Sequence[str]] | None,
+    config: RunConfig,
+    seed: int,
+    shard: tuple[int, int] | None = None,
+) -> RunResults:
+    """Every planned cell of ``cases`` x ``adapters`` (spec -> adapter) x ``modes`` on the worker
+    pool, as one results document that says what it planned and ran (``inventory``), and, when
+    Ctrl-C or SIGTERM stopped it, that it is ``partial``; ``per_adapter``: the modes each adapter
+    takes (None: every one of ``modes``)."""
+    from k2conform.run.results import adapter_row, build_results
+
+    pool = CellPool(config, progress=progress_printer())
+    started = time.monotonic()
+    names = list(adapters)
+    tasks = plan(
+        cases,
+        names,
+        modes,
+        per_adapter,
+        {n: a.request_options for n, a in adapters.items()},
+        {n: a.families for n, a in adapters.items()},
+    )
+    with _sigterm_interrupts():
+        cells = pool.run(tasks)
+    extra: dict[str, Any] = {"inventory": {"planned": pool.planned, "run": len(cells)}}
+    if pool.interrupted:
+        extra["partial"] = {
+            "cells": len(cells),
+            "planned": pool.planned,
+            "reason": "interrupted (Ctrl-C or SIGTERM)",
+        }
+    if shard:
+        extra["shard"] = "{}/{}".format(*shard)
+    rows = [adapter_row(a, pool.availability.get(a.name, ("ok", ""))) for a in adapters.values()]
+    return build_results(
+        cells, cases, rows, seed, modes, time.monotonic() - started, pool.restarts, **extra
+    )
+
+
+@contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM stops a run the way Ctrl-C does: workers stopped, partial results kept."""
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
