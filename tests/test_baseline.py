@@ -313,7 +313,7 @@ def test_without_a_baseline_the_gate_passes_only_a_clean_run():
 
 
 def test_the_gate_block_says_what_is_new_baselined_stale_and_missing():
-    from k2conform.gate.baseline import Baseline, gate
+    from k2conform.gate.baseline import Baseline, gate, gate_block
 
     entry = BaselineEntry("vllm", "differs", ("content",), ("*",), ("y_a", "y_gone"), "why")
     cells = [
@@ -339,9 +339,15 @@ def test_the_gate_block_says_what_is_new_baselined_stale_and_missing():
             }
         ],
         "new_cells": ["y_b vllm stream-token: differs count,content"],
+        "entries": [entry.to_json()],
     }
+    # typed, and read back as it was built (the reports read it so)
+    block = gate_block(judged.to_json())
+    assert block.to_json() == judged.extra["gate"] and block.entries == (entry,)
+    assert block.stale_lines == ["y_gone vllm *: differs content no longer occurs"]
     judged, passed = gate(_results(cells[:1], [("vllm", "ok", "")]), Baseline(("vllm",), (entry,)))
     assert passed and judged.extra["gate"]["passed"] is True
+    assert gate_block({"cells": []}) is None
 
 
 def test_an_empty_run_is_named_in_the_gate_block(tmp_path):

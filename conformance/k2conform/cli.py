@@ -467,9 +467,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     results = read_results(args.results)
     if args.baseline:
         from k2conform.gate.baseline import load_baseline
-        from k2conform.report.findings import gated
+        from k2conform.gate.baseline import gate
 
-        results, _ = gated(results, load_baseline(args.baseline))
+        results, _ = gate(results, load_baseline(args.baseline))
     document = results.to_json()
     if args.coverage:
         from k2conform.report.coverage_section import read_coverage

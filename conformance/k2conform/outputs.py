@@ -52,9 +52,9 @@ def check_writable(*paths: Path | None) -> None:
 def gate_and_report(results: RunResults, baseline: Any, args: argparse.Namespace) -> int:
     """The gate, the reports, the console summary; the exit status."""
     from k2conform.report import pages as report
-    from k2conform.report.findings import gated
+    from k2conform.gate.baseline import gate
 
-    results, passed = gated(results, baseline, args.allow_missing)
+    results, passed = gate(results, baseline, args.allow_missing)
     passed = passed and "partial" not in results.extra
     document = results.to_json()
     write_reports(document, args.json, args.html, args.markdown)

@@ -16,7 +16,7 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from k2conform.case.corpus import CorpusError
 from k2conform.model import Cell, CellOutcome, RunResults
@@ -196,6 +196,72 @@ def split_findings(cells: Sequence[Cell], entries: Sequence[BaselineEntry]) -> F
     return FindingSplit(new, baselined, stale, {a: dict(e) for a, e in adapter_errors.items()})
 
 
+@dataclass(frozen=True)
+class GateBlock:
+    """The gate's verdict as a results document carries it (``gate``): built by :func:`gate`,
+    read back by the reports (:meth:`from_json`), with the entries the run was judged against
+    so a report rebuilt from the results alone groups by their reviewed reasons."""
+
+    passed: bool
+    new: int
+    baselined: int
+    stale: tuple[Mapping[str, Any], ...]  #: :meth:`Stale.to_json` of each
+    missing: tuple[str, ...]
+    unreviewed: tuple[str, ...]
+    new_cells: tuple[str, ...]
+    entries: tuple[BaselineEntry, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "passed": self.passed,
+            "new": self.new,
+            "baselined": self.baselined,
+            "stale": [dict(s) for s in self.stale],
+            "missing": list(self.missing),
+            "unreviewed": list(self.unreviewed),
+            "new_cells": list(self.new_cells),
+            "entries": [e.to_json() for e in self.entries],
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> GateBlock:
+        return cls(
+            passed=bool(data["passed"]),
+            new=int(data["new"]),
+            baselined=int(data["baselined"]),
+            stale=tuple(data.get("stale") or ()),
+            missing=tuple(data.get("missing") or ()),
+            unreviewed=tuple(data.get("unreviewed") or ()),
+            new_cells=tuple(data.get("new_cells") or ()),
+            entries=tuple(
+                BaselineEntry(
+                    adapter=e["adapter"],
+                    outcome=e["outcome"],
+                    fields=tuple(e["fields"]),
+                    deliveries=tuple(e["deliveries"]),
+                    cases=tuple(e["cases"]),
+                    reason=e.get("reason") or "",
+                    link=e.get("link"),
+                )
+                for e in data.get("entries") or ()
+            ),
+        )
+
+    @property
+    def stale_lines(self) -> list[str]:
+        return [
+            f"{e['case']} {e['adapter']} {e['delivery']}: {e['outcome']} "
+            f"{','.join(e['fields'])} no longer occurs"
+            for e in self.stale
+        ]
+
+
+def gate_block(document: Mapping[str, Any]) -> GateBlock | None:
+    """The gate block of a results document (None: it was not gated against a baseline)."""
+    block = document.get("gate")
+    return GateBlock.from_json(block) if block else None
+
+
 def gate(
     results: RunResults, baseline: Baseline | None, allow_missing: Sequence[str] = ()
 ) -> tuple[RunResults, bool]:
@@ -233,19 +299,20 @@ def gate(
         )
     unreviewed = unreviewed_entries(baseline.entries)
     passed = split.passed and not missing and not empty and not unreviewed
-    block = {
-        "passed": passed,
-        "new": len(split.new),
-        "baselined": len(split.baselined),
-        "stale": [e.to_json() for e in split.stale],
-        "missing": missing + empty,
-        "unreviewed": unreviewed,
-        "new_cells": [
+    block = GateBlock(
+        passed=passed,
+        new=len(split.new),
+        baselined=len(split.baselined),
+        stale=tuple(e.to_json() for e in split.stale),
+        missing=tuple(missing + empty),
+        unreviewed=tuple(unreviewed),
+        new_cells=tuple(
             f"{c.case} {c.adapter} {c.delivery}: {c.outcome} {','.join(c.fields)}"
             for c in split.new
-        ],
-    }
-    return results.with_extra(adapter_errors=split.adapter_errors, gate=block), passed
+        ),
+        entries=tuple(baseline.entries),
+    )
+    return results.with_extra(adapter_errors=split.adapter_errors, gate=block.to_json()), passed
 
 
 def unreviewed_entries(entries: Iterable[BaselineEntry]) -> list[str]:

@@ -19,7 +19,7 @@ from typing import Any
 
 from k2conform import markers as mk
 from k2conform.delivery import modes as dl
-from k2conform.gate.baseline import TODO, Baseline, BaselineEntry, gate
+from k2conform.gate.baseline import TODO, BaselineEntry, gate_block
 from k2conform.model import Cell, Delta, RunResults, tool_name
 
 TOKEN_ALIGNED = "token-aligned"
@@ -91,18 +91,8 @@ def signature(cell: Cell) -> str:
 
 def baseline_entries(document: Mapping[str, Any]) -> tuple[BaselineEntry, ...]:
     """The entries the run was gated against (kept in the gate block of the results)."""
-    return tuple(
-        BaselineEntry(
-            adapter=e["adapter"],
-            outcome=e["outcome"],
-            fields=tuple(e["fields"]),
-            deliveries=tuple(e["deliveries"]),
-            cases=tuple(e["cases"]),
-            reason=e.get("reason") or "",
-            link=e.get("link"),
-        )
-        for e in (document.get("gate") or {}).get("entries") or ()
-    )
+    block = gate_block(document)
+    return block.entries if block else ()
 
 
 def behaviours(results: RunResults, entries: Sequence[BaselineEntry]) -> dict[str, list[Behaviour]]:
@@ -249,15 +239,3 @@ def counts(found: Mapping[str, Sequence[Behaviour]]) -> dict[str, dict[str, int]
         row["cells"] = sum(len(b.cells) for b in group)
         table[adapter] = row
     return table
-
-
-def gated(
-    results: RunResults, baseline: Baseline | None, allow_missing: Sequence[str] = ()
-) -> tuple[RunResults, bool]:
-    """The gate's verdict (``gate.baseline.gate``) with the entries it judged against kept in
-    its block, so a report rebuilt from the results alone groups by their reviewed reasons."""
-    results, passed = gate(results, baseline, allow_missing)
-    if baseline is not None:
-        block = {**results.extra["gate"], "entries": [e.to_json() for e in baseline.entries]}
-        results = results.with_extra(gate=block)
-    return results, passed

@@ -14,6 +14,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from k2conform.gate.baseline import gate_block
 from k2conform.markers import visible
 from k2conform.model import Cell, Delta, FieldDiff, RunResults
 from k2conform.report.findings import (
@@ -83,7 +84,7 @@ class FindingsView:
         self.adapters = ran_adapters(document)
         delivered = {c["delivery"] for c in document["cells"]}
         self.modes = [m for m in document["modes"] if m in delivered]
-        self.baselined = "entries" in (document.get("gate") or {})
+        self.baselined = gate_block(document) is not None
         self.found = behaviours(RunResults.from_json(document), baseline_entries(document))
 
     def page_part(self) -> str:

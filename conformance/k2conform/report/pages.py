@@ -10,6 +10,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 from typing import Any
 
+from k2conform.gate.baseline import gate_block
 from k2conform.model import RunResults
 from k2conform.report import coverage_section, style
 from k2conform.report.findings import (
@@ -182,29 +183,21 @@ def markdown(results: dict[str, Any]) -> str:
     if inventory and inventory["run"] < inventory["planned"]:
         run, planned = inventory["run"], inventory["planned"]
         lines += ["", f"**INCOMPLETE:** {run} of {planned} planned cells."]
-    gate = results.get("gate")
+    gate = gate_block(results)
     if gate:
         lines += [
             "",
             (
-                f"**Gate:** {'PASS' if gate['passed'] else 'FAIL'}: {gate['new']} new "
-                f"disagreement(s), {gate['baselined']} baselined, "
-                f"{len(gate['stale'])} stale baseline entr(y/ies)."
+                f"**Gate:** {'PASS' if gate.passed else 'FAIL'}: {gate.new} new "
+                f"disagreement(s), {gate.baselined} baselined, "
+                f"{len(gate.stale)} stale baseline entr(y/ies)."
             ),
         ]
-        lines += [f"- MISSING: {line}" for line in gate.get("missing", ())]
-        lines += [f"- UNREVIEWED: {line}" for line in gate.get("unreviewed", ())]
-        lines += [f"- NEW: {line}" for line in gate["new_cells"]]
-        lines += [f"- STALE: {line}" for line in stale_lines(gate)]
+        lines += [f"- MISSING: {line}" for line in gate.missing]
+        lines += [f"- UNREVIEWED: {line}" for line in gate.unreviewed]
+        lines += [f"- NEW: {line}" for line in gate.new_cells]
+        lines += [f"- STALE: {line}" for line in gate.stale_lines]
     return "\n".join(lines + behaviour_lines(results) + streaming_cost_lines(results)) + "\n"
-
-
-def stale_lines(gate: dict[str, Any]) -> list[str]:
-    return [
-        f"{e['case']} {e['adapter']} {e['delivery']}: {e['outcome']} {','.join(e['fields'])} "
-        "no longer occurs"
-        for e in gate["stale"]
-    ]
 
 
 def _behaviours(results: dict[str, Any]) -> dict[str, list[Any]]:
@@ -415,7 +408,7 @@ def _gate_html(results: dict[str, Any]) -> str:
     """The verdict, with every missing adapter and stale entry by name (new ones are in the
     findings view, marked NEW)."""
     esc = html.escape
-    gate, partial = results.get("gate"), results.get("partial")
+    gate, partial = gate_block(results), results.get("partial")
     parts = (
         [
             (
@@ -428,16 +421,14 @@ def _gate_html(results: dict[str, Any]) -> str:
     )
     if not gate:
         return "\n".join(parts + ["<p><b>No baseline given</b>: every finding counts as new.</p>"])
-    verdict = (
-        "<b class='pass'>Gate: PASS</b>" if gate["passed"] else "<b class='fail'>Gate: FAIL</b>"
-    )
+    verdict = "<b class='pass'>Gate: PASS</b>" if gate.passed else "<b class='fail'>Gate: FAIL</b>"
     parts.append(
-        f"<p>{verdict}: {gate['new']} new disagreement(s), {gate['baselined']} baselined, "
-        f"{len(gate['stale'])} stale baseline entries.</p>"
+        f"<p>{verdict}: {gate.new} new disagreement(s), {gate.baselined} baselined, "
+        f"{len(gate.stale)} stale baseline entries.</p>"
     )
-    items = [f"MISSING: {line}" for line in gate.get("missing", ())]
-    items += [f"UNREVIEWED: {line}" for line in gate.get("unreviewed", ())]
-    items += [f"STALE: {line}" for line in stale_lines(gate)]
+    items = [f"MISSING: {line}" for line in gate.missing]
+    items += [f"UNREVIEWED: {line}" for line in gate.unreviewed]
+    items += [f"STALE: {line}" for line in gate.stale_lines]
     if items:
         parts.append("<ul>" + "".join(f"<li>{esc(item)}</li>" for item in items) + "</ul>")
     return "\n".join(parts)
