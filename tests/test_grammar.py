@@ -364,7 +364,7 @@ def test_the_grammar_lane_passes_its_baseline_and_joins_the_matrix_as_a_column(t
     assert document["modes"] == [dl.GRAMMAR_MODE] and document["gate"]["passed"]
     assert document["gate"]["baselined"] > 0 and document["gate"]["new"] == 0
     by_engine = {a["name"]: a for a in document["adapters"]}
-    assert set(by_engine) == {"vllm", "sglang"}
+    assert set(by_engine) == {"vllm", "sglang", "vllm-k3"}  # K3 cases go to vLLM's K3 adapter
     samples = [c for c in document["cases"] if c["id"].startswith("y_sample_")]
     assert len(samples) == 2 * 20 * len({source_of(c["id"]) for c in samples})
     assert document["inventory"] == {
