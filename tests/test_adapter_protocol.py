@@ -239,7 +239,7 @@ def test_a_lone_surrogate_in_a_result_survives_the_protocol(monkeypatch, capsys)
         "deltas": [{"text": "x", "token_ids": []}],
     }
     monkeypatch.setattr("sys.stdin", io.StringIO(_json.dumps(request) + "\n"))
-    assert serve_adapter.cmd_serve_adapter(type("Args", (), {"name": "surrogate"})()) == 0
+    assert serve_adapter.cmd_serve_adapter(type("Args", (), {"name": "surrogate", "release": None})()) == 0
     hello_line, answer_line = out.getvalue().decode("ascii").splitlines()
     assert _json.loads(answer_line)["content"] == "a\ud800b"
 

@@ -503,20 +503,47 @@ RELEASE_ENVIRONMENTS.update(
 )  # fmt: skip
 
 
-@pytest.mark.parametrize("environment", sorted(RELEASE_ENVIRONMENTS))
-def test_each_release_environment_serves_its_release_with_its_glue(environment):
-    """The layer's own release is what the line's adapter imports (not the base venv's), and
-    the adapter has glue for it: status ok and supported, so no cell is adapter-error."""
-    adapter, release = RELEASE_ENVIRONMENTS[environment]
+def test_each_release_environment_holds_its_adapter_to_its_release():
+    """The lanes run each release environment as ``serve-adapter LINE --release RELEASE``, so a
+    layer whose adapter imports another release (its base's) says hello as an adapter-error on
+    every cell, which fails the lane's gate: the release lanes (and .ci/run's guard, which runs
+    every environment) check every environment's release, this test that each is asked to."""
+    from k2conform.setup.parsers import environments
+
+    options = {}
+    for environment in environments().values():
+        for option in environment.adapter_options(VENVS):
+            name, _, command = option.removeprefix("--adapter=").partition("=cmd:")
+            options[name] = command.split()[1:]
+    for environment, (adapter, release) in RELEASE_ENVIRONMENTS.items():
+        assert options[environment] == ["serve-adapter", adapter, "--release", release], environment
+        assert release in create_adapter(adapter).supported_versions, environment  # has glue
+    assert all("--release" not in options[name] for name in PINNED)  # not release layers
+
+
+def _hello(environment: str, adapter: str, *options: str) -> dict:
     completed = subprocess.run(
-        [str(_venv(environment) / "bin" / "k2conform"), "list-adapters", "--json"],
+        [str(_venv(environment) / "bin" / "k2conform"), "serve-adapter", adapter, *options],
+        input="",
         capture_output=True,
         text=True,
         timeout=600,
         env={**os.environ, "VLLM_CONFIGURE_LOGGING": "0"},  # vLLM logs to stdout otherwise
     )
-    row = next(r for r in json.loads(completed.stdout) if r["name"] == adapter)
-    assert (row["status"], row["version"], row["supported"]) == ("ok", release, True), row
+    return json.loads(completed.stdout.splitlines()[0])
+
+
+@pytest.mark.parametrize("environment", ["vllm-0.10.0", "vllm-0.32.0", "sglang-0.5.22"])
+def test_a_release_environment_serves_its_release_and_refuses_to_stand_for_another(environment):
+    """One environment of each glue generation, end to end: its own release, supported (no
+    cell is adapter-error), and an adapter-error naming both releases when held to another."""
+    adapter, release = RELEASE_ENVIRONMENTS[environment]
+    hello = _hello(environment, adapter, "--release", release)
+    assert (hello["status"], hello["version"]) == ("ok", release), hello
+    assert release in hello["supported_versions"], hello
+    wrong = _hello(environment, adapter, "--release", "0.0.1")
+    assert wrong["status"] == "adapter-error", wrong
+    assert "0.0.1" in wrong["reason"] and release in wrong["reason"], wrong
 
 
 def _parse(environment: str, adapter: str, request: dict, *options: str) -> dict:

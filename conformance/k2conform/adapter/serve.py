@@ -22,7 +22,7 @@ from k2conform.adapter.contract import Adapter
 from k2conform.delivery.modes import Delivery
 from k2conform.adapter.harness import execute, guarded
 from k2conform.model import Result, StreamReply
-from k2conform.adapter.registry import create_adapter, load
+from k2conform.adapter.registry import Availability, create_adapter, load
 from k2conform.adapter.protocol import PROTOCOL, ProtocolError, is_command_spec, parse_request_line
 
 
@@ -37,6 +37,12 @@ def add_parser(subparsers: Any) -> None:
         "Use it as --adapter 'cmd:/path/to/venv/bin/k2conform serve-adapter NAME'."
     )
     p.add_argument("name", help="an in-process adapter name (see list-adapters)")
+    p.add_argument(
+        "--release",
+        metavar="VERSION",
+        help="the release this environment is built for: an adapter that imports another "
+        "says hello as an adapter-error (a layer that fell through to its base's release)",
+    )
     p.set_defaults(handler=cmd_serve_adapter)
 
 
@@ -92,6 +98,12 @@ def cmd_serve_adapter(args: argparse.Namespace) -> int:
     adapter = create_adapter(args.name)
     out = _protocol_stream()
     availability = load(adapter)
+    if availability.status == "ok" and args.release and adapter.version() != args.release:
+        availability = Availability(
+            "adapter-error",
+            f"this environment is built for {adapter.name} {args.release}, but the adapter "
+            f"imports {adapter.version()}",
+        )
     out.write(json.dumps(hello(adapter, availability.status, availability.reason)) + "\n")
     for line in sys.stdin:
         if not line.strip():

@@ -301,8 +301,9 @@ def report_command(spec: str) -> tuple[list[str], str] | None:
     if not is_command_spec(spec):
         return [sys.executable, "-m", "k2conform.cli"], spec
     argv = shlex.split(split_spec(spec)[1])
-    if len(argv) >= 3 and argv[-2] == "serve-adapter":
-        return argv[:-2], argv[-1]
+    at = argv.index("serve-adapter") if "serve-adapter" in argv else -1
+    if at >= 1 and at + 1 < len(argv):  # options after the name (--release) stay with serve
+        return argv[:at], argv[at + 1]
     return None
 
 

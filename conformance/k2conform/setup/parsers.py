@@ -66,13 +66,25 @@ class Environment:
         """Written last by a complete install: its absence means "not built"."""
         return self.venv(root) / f".k2conform-env-{self.name}"
 
+    @property
+    def release(self) -> str | None:
+        """The engine release a release layer is built for (``vllm-0.10.0``: ``0.10.0``), which
+        its adapter must import: a layer that falls through to its base's release is an error,
+        not a second run of the base.  None for any other environment."""
+        line, _, release = self.name.partition("-")
+        if self.over and line in CANDIDATE_LINES and _RELEASE_SPEC.match(f"{line}=={release}"):
+            return release
+        return None
+
     def adapter_options(self, root: Path) -> list[str]:
-        """``--adapter NAME=cmd:...`` for each adapter this environment serves (extra ones only)."""
+        """``--adapter NAME=cmd:...`` for each adapter this environment serves (extra ones only),
+        held to the environment's release where it has one (``serve-adapter --release``)."""
         if self.into_current:
             return []
         script = self.venv(root) / "bin" / "k2conform"
+        release = f" --release {self.release}" if self.release else ""
         return [
-            f"--adapter={self.name}=cmd:{script} serve-adapter {adapter}"
+            f"--adapter={self.name}=cmd:{script} serve-adapter {adapter}{release}"
             for adapter in self.adapters
         ]
 

@@ -83,7 +83,7 @@ def _side(args: argparse.Namespace, role: str, spec: str, adapter: Any) -> Side:
         if not path.is_file():
             raise UsageError(f"--{role} {spec}: no such results file")
         return Side(spec, read_results(path))
-    python = _environment_python(spec, args.venv_root, role)
+    python, release = _environment(spec, args.venv_root, role)
     files = _kimi_files(python, adapter)
     out = args.out / role
     out.mkdir(parents=True, exist_ok=True)
@@ -93,7 +93,7 @@ def _side(args: argparse.Namespace, role: str, spec: str, adapter: Any) -> Side:
         "k2conform.cli",
         "run",
         f"--adapter={args.adapter}=cmd:{Path(python).parent / 'k2conform'} serve-adapter "
-        f"{args.adapter}",
+        f"{args.adapter}" + (f" --release {release}" if release else ""),
         "--json",
         str(out / "results.json"),
     ]
@@ -115,15 +115,15 @@ def _side(args: argparse.Namespace, role: str, spec: str, adapter: Any) -> Side:
     return Side(spec, read_results(out / "results.json"), files)
 
 
-def _environment_python(spec: str, root: Path, role: str) -> str:
-    """The interpreter of an environment that serves an adapter: the project venv for
-    ``parsers``, else a built one (``setup-parsers NAME`` or a candidate spec)."""
+def _environment(spec: str, root: Path, role: str) -> tuple[str, str | None]:
+    """The interpreter of an environment that serves an adapter (the project venv for
+    ``parsers``, else a built one: ``setup-parsers NAME`` or a candidate spec), and the
+    release its adapter must import (a release layer's; None for the others)."""
     if spec == PROJECT:
-        return sys.executable
-    if (root / spec / MANIFEST).is_file():  # a candidate built before: a source overlay's
-        return str(root / spec / "bin" / "python")
-    known = environments()
-    environment = known.get(spec)
+        return sys.executable, None
+    environment = environments().get(spec)
+    if environment is None and (root / spec / MANIFEST).is_file():  # a source overlay's, built
+        return str(root / spec / "bin" / "python"), None  # before under its own name
     if environment is None:
         try:
             environment = candidate(spec, root)
@@ -138,7 +138,7 @@ def _environment_python(spec: str, root: Path, role: str) -> str:
             f"--{role} {spec}: environment {environment.name} is not built: "
             f"k2conform setup-parsers {spec}"
         )
-    return str(environment.venv(root) / "bin" / "python")
+    return str(environment.venv(root) / "bin" / "python"), environment.release
 
 
 def _kimi_files(python: str, adapter: Any) -> dict[str, str]:
