@@ -239,7 +239,8 @@ def test_a_lone_surrogate_in_a_result_survives_the_protocol(monkeypatch, capsys)
         "deltas": [{"text": "x", "token_ids": []}],
     }
     monkeypatch.setattr("sys.stdin", io.StringIO(_json.dumps(request) + "\n"))
-    assert serve_adapter.cmd_serve_adapter(type("Args", (), {"name": "surrogate", "release": None})()) == 0
+    args = type("Args", (), {"name": "surrogate", "release": None})()
+    assert serve_adapter.cmd_serve_adapter(args) == 0
     hello_line, answer_line = out.getvalue().decode("ascii").splitlines()
     assert _json.loads(answer_line)["content"] == "a\ud800b"
 

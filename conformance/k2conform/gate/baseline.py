@@ -55,6 +55,20 @@ class BaselineEntry:
             and self.covers_case(cell.case)
         )
 
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> BaselineEntry:
+        """An entry as :meth:`to_json` wrote it (a baseline file's, checked by
+        :func:`load_baseline` first; a gate block's)."""
+        return cls(
+            adapter=data["adapter"],
+            outcome=data["outcome"],
+            fields=tuple(data["fields"]),
+            deliveries=tuple(data["deliveries"]),
+            cases=tuple(data["cases"]),
+            reason=data.get("reason") or "",
+            link=data.get("link"),
+        )
+
     def to_json(self) -> dict[str, Any]:
         return {
             "adapter": self.adapter,
@@ -97,17 +111,8 @@ def load_baseline(path: Path | str) -> Baseline:
                 raise CorpusError(
                     path, f"{where}.{key}", f"unknown field (allowed: {', '.join(sorted(_KEYS))})"
                 )
-        entries.append(
-            BaselineEntry(
-                raw["adapter"],
-                raw["outcome"],
-                tuple(raw["fields"]),
-                tuple(raw["deliveries"]),
-                tuple(raw["cases"]),
-                raw.get("reason", ""),
-                _link(raw.get("link"), path, f"{where}.link"),
-            )
-        )
+        _check_link(raw.get("link"), path, f"{where}.link")
+        entries.append(BaselineEntry.from_json(raw))
     adapters = data.get("adapters")
     if adapters is None:  # a baseline written before it named its adapters: those of its entries
         adapters = sorted({e.adapter for e in entries})
@@ -116,10 +121,10 @@ def load_baseline(path: Path | str) -> Baseline:
     return Baseline(tuple(adapters), tuple(entries))
 
 
-def _link(value: Any, path: Path, where: str) -> str | None:
-    """An entry's link as written: one URL, or null for a behaviour not reported upstream."""
+def _check_link(value: Any, path: Path, where: str) -> None:
+    """An entry's link must be one URL, or null for a behaviour not reported upstream."""
     if value is None or (isinstance(value, str) and _URL.match(value)):
-        return value
+        return
     raise CorpusError(
         path,
         where,
@@ -233,18 +238,7 @@ class GateBlock:
             missing=tuple(data.get("missing") or ()),
             unreviewed=tuple(data.get("unreviewed") or ()),
             new_cells=tuple(data.get("new_cells") or ()),
-            entries=tuple(
-                BaselineEntry(
-                    adapter=e["adapter"],
-                    outcome=e["outcome"],
-                    fields=tuple(e["fields"]),
-                    deliveries=tuple(e["deliveries"]),
-                    cases=tuple(e["cases"]),
-                    reason=e.get("reason") or "",
-                    link=e.get("link"),
-                )
-                for e in data.get("entries") or ()
-            ),
+            entries=tuple(BaselineEntry.from_json(e) for e in data.get("entries") or ()),
         )
 
     @property

@@ -221,7 +221,7 @@ def _fate_cell(
     if fate is RequestFate.ACCEPTED and case.expected is not None:
         if case.expected.request is RequestFate.ACCEPTED:
             served = replace(case, expected=replace(case.expected, request=None))
-            return replace(parse_cell(adapter, served, settings, facts), case=case.id)
+            return parse_cell(adapter, served, settings, facts)
     observed = Result(meta={**facts, "request": {"fate": fate.value, "detail": detail}})
     outcome, diffs, _ = judge_result(case, observed, None)
     return Cell(case.id, adapter.name, GRAMMAR, outcome, tuple(diffs), observed=observed)
