@@ -10,7 +10,7 @@ JOBS ?= 2
 # Environments built at once by `make parsers-extra` (.ci/run: 1 on a small disk).
 SETUP_JOBS ?= $(JOBS)
 
-.PHONY: setup servers grammars matrix matrix-servers matrix-grammar test test-lanes test-llama-cpp fuzz bench clean parsers-extra matrix-extra matrix-extra-parsers matrix-releases matrix-releases-guard matrix-servers-guard test-extra llama-cpp matrix-llama-cpp
+.PHONY: setup servers grammars matrix matrix-servers matrix-grammar test test-lanes test-llama-cpp fuzz bench clean parsers-extra matrix-extra matrix-extra-parsers matrix-releases matrix-releases-guard matrix-servers-guard server-runs test-extra llama-cpp matrix-llama-cpp
 
 setup: $(STAMP)
 
@@ -66,11 +66,8 @@ SERVER_CONCURRENT := --case 'y_spec_*' --case 'y_par_*_[2-4]_calls' --case y_k3_
 	--case y_k3_think_response_call
 matrix-servers: servers
 	for server in vllm-server vllm-server-k3; do \
-		$(BIN)/k2conform run --adapter $$server $(SERVER_CASES) --json report/servers/$$server.json; \
-		[ $$? -le 1 ] || exit 2; \
-		$(BIN)/k2conform run --adapter $$server --delivery server-concurrent $(SERVER_CONCURRENT) \
-			--jobs 2 --json report/servers/$$server-concurrent.json; \
-		[ $$? -le 1 ] || exit 2; \
+		$(BIN)/k2conform session --adapter $$server --run-dir report/servers \
+			-- $(MAKE) --no-print-directory server-runs SERVER=$$server || exit 2; \
 	done  # one server at a time: two at once starve each other on 2 cores
 	$(BIN)/k2conform merge report/servers/vllm-server-concurrent.json \
 		report/servers/vllm-server-k3-concurrent.json --json report/servers/concurrent.json; \
@@ -79,6 +76,14 @@ matrix-servers: servers
 		report/servers/concurrent.json --baseline baseline-servers.json \
 		--html report/servers/index.html --json report/servers/results.json --markdown report/servers/summary.md
 	[ -n "$(SERVER_CASES)" ] || $(PYTHON) .ci/lanes.py record servers
+
+# One server's two runs, inside its session (matrix-servers), so the server starts once (about
+# 50 s on 2 cores): SERVER_CASES in both server modes, then SERVER_CONCURRENT's cases.
+server-runs:
+	$(BIN)/k2conform run --adapter $(SERVER) $(SERVER_CASES) --json report/servers/$(SERVER).json; \
+		[ $$? -le 1 ] || exit 2
+	$(BIN)/k2conform run --adapter $(SERVER) --delivery server-concurrent $(SERVER_CONCURRENT) \
+		--jobs 2 --json report/servers/$(SERVER)-concurrent.json; [ $$? -le 1 ] || exit 2
 
 # The server lane's guard (.ci/run, when .ci/lanes.py finds its inputs unchanged since its last
 # full pass): the real server on the release guard's cases, every server-only case and every

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import signal
 import subprocess
+import sys
 import threading
 import time
 
@@ -420,3 +422,51 @@ def test_an_internal_error_exits_2_with_its_traceback_never_1(monkeypatch, capsy
     assert cli.main(["list-adapters"]) == 2
     error = capsys.readouterr().err
     assert "internal error (a bug in k2conform" in error and "ZeroDivisionError: a bug" in error
+
+
+class _SessionToy:
+    """An adapter whose run-wide session publishes a variable and records its end."""
+
+    name = "toy"
+    ended: list[str] = []
+
+    @contextlib.contextmanager
+    def run_session(self, run_dir):
+        try:
+            yield {"K2CONFORM_TOY_URL": str(run_dir / "toy")}
+        finally:
+            self.ended.append(str(run_dir))
+
+
+@pytest.mark.parametrize("status", [0, 1, 3])
+def test_session_runs_the_command_under_the_adapters_session_and_ends_it(
+    monkeypatch, tmp_path, status
+):
+    """The command sees the session's variables; its exit status is the session's; the session
+    ends when the command does, whatever its status, and its variables go with it."""
+    from k2conform import cli
+    from k2conform.adapter import registry
+
+    monkeypatch.setattr(registry, "create_adapter", lambda name: _SessionToy())
+    _SessionToy.ended.clear()
+    check = (
+        "import os, sys; "
+        f"sys.exit({status} if os.environ.get('K2CONFORM_TOY_URL') == {str(tmp_path / 'toy')!r} "
+        "else 9)"
+    )
+    argv = ["session", "--adapter", "toy", "--run-dir", str(tmp_path), "--", sys.executable]
+    assert cli.main([*argv, "-c", check]) == status
+    assert _SessionToy.ended == [str(tmp_path)]
+    assert "K2CONFORM_TOY_URL" not in os.environ
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ([], "no command to run"),
+        (["--", "/nonexistent/command"], "cannot run /nonexistent/command"),
+    ],
+)
+def test_a_session_without_a_command_it_can_run_is_one_line_and_exit_2(args, message):
+    done = run("session", "--adapter", "reference", *args)
+    assert done.returncode == 2 and message in done.stderr and done.stderr.count("\n") == 1

@@ -67,6 +67,7 @@ Adapters in another process (the adapter protocol, docs/adapter-protocol.md):
 #: raise UsageError for bad input and return the exit status.
 COMMAND_MODULES: tuple[str, ...] = (
     "k2conform.adapter.serve",
+    "k2conform.run.session",
     "k2conform.engine.cli",
     "k2conform.fuzzing.cli",
     "k2conform.minimize.cli",
