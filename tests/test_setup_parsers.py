@@ -11,6 +11,7 @@ from lanes import missing
 
 from k2conform.errors import UsageError
 from k2conform.resources import bundled
+from k2conform.setup import cli as setup_cli
 from k2conform.setup import parsers
 from k2conform.setup.parsers import K2CONFORM_CLOSURE, environments, installed
 
@@ -119,7 +120,7 @@ def test_adapter_options_can_be_narrowed_to_the_environments_a_baseline_vouches_
     def listed(**options):
         args = argparse.Namespace(adapters=True, venv_root=tmp_path, baseline=None, names=[])
         vars(args).update(options)
-        assert parsers.cmd_setup_parsers(args) == 0
+        assert setup_cli.cmd_setup_parsers(args) == 0
         out = capsys.readouterr().out
         return [line.split("=")[1] for line in out.splitlines()]
 
@@ -159,7 +160,7 @@ def test_jobs_build_the_base_first_then_the_rest_at_once(monkeypatch, tmp_path):
         names=[], all=True, adapters=False, baseline=None, venv_root=tmp_path, k2conform="x",
         force=False, base=None, source=None, jobs=2, keep_unloadable=False,
     )  # fmt: skip
-    assert parsers.cmd_setup_parsers(args) == 0
+    assert setup_cli.cmd_setup_parsers(args) == 0
     known = environments()
     expected = {n for n, e in known.items() if e.extra or e.into_current}
     assert sorted(built) == sorted(expected)
@@ -167,4 +168,4 @@ def test_jobs_build_the_base_first_then_the_rest_at_once(monkeypatch, tmp_path):
     assert bases and set(built[: len(bases)]) == bases
     assert most[0] == 2
     with pytest.raises(UsageError, match="--jobs must be at least 1, not 0"):
-        parsers.cmd_setup_parsers(argparse.Namespace(**{**vars(args), "jobs": 0}))
+        setup_cli.cmd_setup_parsers(argparse.Namespace(**{**vars(args), "jobs": 0}))

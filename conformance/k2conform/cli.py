@@ -73,7 +73,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "k2conform.minimize.cli",
     "k2conform.bench.cli",
     "k2conform.report_finding.cli",
-    "k2conform.setup.parsers",
+    "k2conform.setup.cli",
     "k2conform.coverage.cli",
     "k2conform.history.cli",
     "k2conform.grammar.cli",
