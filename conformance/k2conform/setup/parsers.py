@@ -268,14 +268,24 @@ def install(
             )
         log(f"== {environment.name}: creating {venv}")
         venv.parent.mkdir(parents=True, exist_ok=True)
-        _step(environment, venv, [sys.executable, "-m", "venv", str(venv)], "create the venv")
+        # A layer gets no pip of its own: its base's pip installs into it (``pip --python``),
+        # 5 s less a release than seeding and upgrading one (41 release layers).
+        without_pip = ["--without-pip"] if base is not None else []
         _step(
             environment,
             venv,
-            [str(venv / "bin" / "python"), "-m", "pip", "install", "--upgrade", "pip"],
-            "upgrade pip",
+            [sys.executable, "-m", "venv", *without_pip, str(venv)],
+            "create the venv",
         )
+        if base is None:
+            _step(
+                environment,
+                venv,
+                [str(venv / "bin" / "python"), "-m", "pip", "install", "--upgrade", "pip"],
+                "upgrade pip",
+            )
     python = str(venv / "bin" / "python")
+    pip = _pip(python, base.venv(root) if base is not None else None)
     layer = _layer_file(python, base.name) if base is not None else None
     if layer is not None:
         # pip must not see the base while installing: it would uninstall the base's copy of
@@ -292,15 +302,17 @@ def install(
         _step(
             environment,
             venv,
-            [python, "-m", "pip", "install", "--no-deps", *compile_flags, "-r", str(path)],
+            [*pip, "install", "--no-deps", *compile_flags, "-r", str(path)],
             f"install {path.name}",
         )
-    if not environment.into_current:
+    if base is not None:
+        _console_script(venv)  # k2conform itself is the base's, seen through the layer file
+    elif not environment.into_current:
         spec = ["-e", k2conform_spec] if Path(k2conform_spec).is_dir() else [k2conform_spec]
         _step(
             environment,
             venv,
-            [python, "-m", "pip", "install", "--no-deps", *spec],
+            [*pip, "install", "--no-deps", *spec],
             "install k2conform",
         )
     base_packages = _site_packages(str(base.venv(root) / "bin" / "python")) if base else None
@@ -308,7 +320,7 @@ def install(
     if layer is not None:
         layer.write_text(f"import site; site.addsitedir({str(base_packages)!r})\n")
         log(f"== {environment.name}: a layer over {base.name} ({base.venv(root)})")
-    log(f"== {environment.name}: {pip_check_summary(python)}")
+    log(f"== {environment.name}: {pip_check_summary(pip)}")
     pinned = [
         line.strip()
         for path in requirements
@@ -390,10 +402,28 @@ def _step(environment: Environment, venv: Path, command: list[str], what: str) -
         )
 
 
-def pip_check_summary(python: str) -> str:
+def _pip(python: str, base: Path | None) -> list[str]:
+    """The pip that installs into an environment: its own, or for a layer (no pip of its own)
+    its base's, pointed at the layer's interpreter."""
+    if base is None:
+        return [python, "-m", "pip"]
+    return [str(base / "bin" / "python"), "-m", "pip", "--python", python]
+
+
+def _console_script(venv: Path) -> None:
+    """``bin/k2conform`` of a layer, whose k2conform package is its base's."""
+    script = venv / "bin" / "k2conform"
+    script.write_text(
+        f"#!{venv / 'bin' / 'python'}\nimport sys\n\nfrom k2conform.cli import main\n\n"
+        "sys.exit(main())\n"
+    )
+    script.chmod(0o755)
+
+
+def pip_check_summary(pip: Sequence[str]) -> str:
     """``pip check`` in one line: the closure leaves the engines' other dependencies out and pins
     some packages away from the engines' own pins, on purpose; anything else is spelled out."""
-    done = subprocess.run([python, "-m", "pip", "check"], capture_output=True, text=True)
+    done = subprocess.run([*pip, "check"], capture_output=True, text=True)
     lines = [line for line in done.stdout.splitlines() if line and not line.startswith("WARNING")]
     missing = [line for line in lines if _MISSING.match(line)]
     mismatched = sorted({m.group(2).lower() for line in lines if (m := _MISMATCH.match(line))})
