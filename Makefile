@@ -107,7 +107,8 @@ matrix-extra-parsers: parsers-extra
 		--html report/extra/index.html --json report/extra/results.json --markdown report/extra/summary.md
 
 # The release lanes: every older vLLM and SGLang release baseline-releases-{vllm,sglang}.json
-# cover (docs/releases.md), RELEASE_JOBS environments at a time, each run on one worker (an
+# cover (docs/releases.md), RELEASE_JOBS environments at a time (xargs in the foreground, so
+# Ctrl-C reaches every run), each run on one worker (an
 # environment's imports are about 10 s of one core: one worker imports its release once, two
 # import it twice), merged and gated by their baselines.  RELEASE_CASES narrows every run (run's
 # --case options; .ci/run's guard: docs/testing.md), RELEASE_LINES the lines.  Exit 1 on a new
@@ -116,26 +117,22 @@ matrix-extra-parsers: parsers-extra
 # .ci/lanes.json.
 RELEASE_CASES ?=
 RELEASE_LINES ?= vllm sglang
-RELEASE_JOBS ?= $(JOBS)
+RELEASE_JOBS ?= 2
 matrix-releases: parsers-extra
 	worst=0; for line in $(RELEASE_LINES); do \
 		runs=report/releases-$$line/runs; rm -rf $$runs; mkdir -p $$runs; \
 		$(BIN)/k2conform setup-parsers --adapters --baseline baseline-releases-$$line.json > $$runs.list \
 			|| exit $$?; \
-		share=0; while [ $$share -lt $(RELEASE_JOBS) ]; do \
-			awk -v n=$(RELEASE_JOBS) -v i=$$share 'NR % n == i' $$runs.list | while read -r option; do \
-				name=$${option#--adapter=}; name=$${name%%=*}; \
-				$(BIN)/k2conform run "$$option" $(RELEASE_CASES) --jobs 1 --json $$runs/$$name.json \
-					> $$runs/$$name.log; \
-				echo $$? > $$runs/$$name.status; \
-			done & \
-			share=$$((share + 1)); \
-		done; wait; \
+		[ -s $$runs.list ] || { echo "no environment of baseline-releases-$$line.json is built" >&2; exit 2; }; \
+		RUNS=$$runs xargs -d '\n' -P $(RELEASE_JOBS) -I{} sh -c 'option=$$1; shift; \
+			name=$${option#--adapter=}; name=$${name%%=*}; \
+			"$$0" run "$$option" "$$@" --jobs 1 --json "$$RUNS/$$name.json" > "$$RUNS/$$name.log"; \
+			echo $$? > "$$RUNS/$$name.status"' $(BIN)/k2conform {} $(RELEASE_CASES) < $$runs.list; \
+		listed=$$(wc -l < $$runs.list); ended=$$(ls $$runs | grep -c '\.status$$'); \
+		[ $$ended -eq $$listed ] || { echo "$$ended of $$listed release runs ended (interrupted?)" >&2; exit 2; }; \
 		for status_file in $$runs/*.status; do \
-			status=$$(cat $$status_file); \
-			[ $$status -le 1 ] || { cat $${status_file%.status}.log; exit 2; }; \
+			[ $$(cat $$status_file) -le 1 ] || { cat $${status_file%.status}.log; exit 2; }; \
 		done; \
-		[ $$(ls $$runs/*.status | wc -l) -eq $$(wc -l < $$runs.list) ] || exit 2; \
 		$(BIN)/k2conform merge $$runs/*.json --baseline baseline-releases-$$line.json \
 			--html report/releases-$$line/index.html --json report/releases-$$line/results.json \
 			--markdown report/releases-$$line/summary.md; \

@@ -372,3 +372,26 @@ def test_the_hello_says_which_request_options_the_adapter_applies():
     assert peer.request_options == frozenset() and peer.starts == 0
     peer._hello = {"request_options": ["stream_reasoning"]}
     assert peer.request_options == frozenset({"stream_reasoning"})
+
+
+@pytest.mark.parametrize(
+    ("release", "status"),
+    [(None, "ok"), ("0.1.0", "ok"), ("0.1", "ok"), ("0.0.1", "adapter-error")],
+)
+def test_serve_adapter_holds_the_adapter_to_the_release_it_is_given(release, status):
+    """``--release``: the hello is an adapter-error when the adapter imports another release
+    (a release environment that fell through to its base's); ``0.1`` is ``0.1.0``."""
+    from k2conform.adapter.registry import create_adapter
+
+    assert create_adapter("reference").version() == "0.1.0"
+    options = ["--release", release] if release else []
+    done = subprocess.run(
+        [sys.executable, "-m", "k2conform.cli", "serve-adapter", "reference", *options],
+        input="",
+        capture_output=True,
+        text=True,
+    )
+    hello = json.loads(done.stdout.splitlines()[0])
+    assert hello["status"] == status, hello
+    if status != "ok":
+        assert "0.0.1" in hello["reason"] and "0.1.0" in hello["reason"]

@@ -470,3 +470,31 @@ def test_session_runs_the_command_under_the_adapters_session_and_ends_it(
 def test_a_session_without_a_command_it_can_run_is_one_line_and_exit_2(args, message):
     done = run("session", "--adapter", "reference", *args)
     assert done.returncode == 2 and message in done.stderr and done.stderr.count("\n") == 1
+
+
+def test_a_session_that_could_not_start_runs_nothing_and_says_why(monkeypatch, tmp_path, capsys):
+    """A session whose set-up failed (a server that did not start) is exit 2 with its reason,
+    and the command is not run against nothing."""
+    from k2conform import cli
+    from k2conform.adapter import registry
+
+    class Failed(_SessionToy):
+        @contextlib.contextmanager
+        def run_session(self, run_dir):
+            yield {"K2CONFORM_TOY_ERROR": "the server exited\nport 1 in use"}
+
+    monkeypatch.setattr(registry, "create_adapter", lambda name: Failed())
+    marker = tmp_path / "ran"
+    argv = ["session", "--adapter", "toy", "--run-dir", str(tmp_path), "--", "touch", str(marker)]
+    assert cli.main(argv) == 2
+    assert "could not start (K2CONFORM_TOY_ERROR): port 1 in use" in capsys.readouterr().err
+    assert not marker.exists()
+
+
+def test_a_command_killed_by_a_signal_is_the_sessions_128_plus_n(monkeypatch, tmp_path):
+    from k2conform import cli
+    from k2conform.adapter import registry
+
+    monkeypatch.setattr(registry, "create_adapter", lambda name: _SessionToy())
+    argv = ["session", "--adapter", "toy", "--run-dir", str(tmp_path), "--", "sh", "-c"]
+    assert cli.main([*argv, "kill -TERM $$"]) == 128 + signal.SIGTERM

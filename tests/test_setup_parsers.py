@@ -169,3 +169,26 @@ def test_jobs_build_the_base_first_then_the_rest_at_once(monkeypatch, tmp_path):
     assert most[0] == 2
     with pytest.raises(UsageError, match="--jobs must be at least 1, not 0"):
         setup_cli.cmd_setup_parsers(argparse.Namespace(**{**vars(args), "jobs": 0}))
+
+
+def test_a_layers_k2conform_script_runs_its_interpreter_from_any_directory(tmp_path, monkeypatch):
+    """The layer's ``bin/k2conform`` names its interpreter by absolute path, so it runs from
+    anywhere, even when the layer was built under a relative ``--venv-root`` (``.venvs``)."""
+    import sys
+
+    root = tmp_path / "a root with spaces"
+    (root / "layer" / "bin").mkdir(parents=True)
+    python = root / "layer" / "bin" / "python"  # stands for the layer's interpreter
+    python.write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    monkeypatch.chdir(root)
+    parsers._console_script(Path("layer"))  # a relative venv, as under .venvs
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    done = subprocess.run(
+        [str(root / "layer" / "bin" / "k2conform"), "check-corpus", "--help"],
+        capture_output=True,
+        text=True,
+        cwd=elsewhere,
+    )
+    assert done.returncode == 0 and "check-corpus" in done.stdout, done.stderr

@@ -238,7 +238,8 @@ class Adapter(ABC):
     @contextmanager
     def run_session(self, run_dir: Path) -> Iterator[dict[str, str]]:
         """Run-wide set-up in the runner's process, before its workers start and after they
-        end (a real server): yields the environment variables the workers need."""
+        end (a real server): yields the environment variables the workers need; a set-up that
+        failed yields ``K2CONFORM_..._ERROR`` with why (``k2conform session`` stops there)."""
         yield {}
 
     def structural_tag(self, request: Request) -> str | None:

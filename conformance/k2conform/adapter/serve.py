@@ -90,6 +90,18 @@ def answer(adapter: Adapter, line: str) -> dict[str, Any]:
     return line
 
 
+def _same_release(adapter: Adapter, release: str) -> bool:
+    """The adapter's installed release is ``release`` (``0.11`` is ``0.11.0``: a candidate named
+    by ``vllm==0.11`` installs 0.11.0)."""
+    installed = adapter.version()
+    try:  # packaging: a dependency of every engine, not of k2conform
+        from packaging.version import Version
+
+        return installed is not None and Version(installed) == Version(release)
+    except (ImportError, ValueError):  # InvalidVersion is a ValueError
+        return installed == release
+
+
 def cmd_serve_adapter(args: argparse.Namespace) -> int:
     from k2conform.errors import UsageError
 
@@ -98,7 +110,7 @@ def cmd_serve_adapter(args: argparse.Namespace) -> int:
     adapter = create_adapter(args.name)
     out = _protocol_stream()
     availability = load(adapter)
-    if availability.status == "ok" and args.release and adapter.version() != args.release:
+    if availability.status == "ok" and args.release and not _same_release(adapter, args.release):
         availability = Availability(
             "adapter-error",
             f"this environment is built for {adapter.name} {args.release}, but the adapter "

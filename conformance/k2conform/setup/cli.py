@@ -19,8 +19,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "Installs the pinned parser closures that k2conform carries "
         "(requirements/environments.toml): "
         "'parsers' (vLLM + SGLang) into the running venv, every other one into VENV_ROOT/NAME with "
-        "k2conform beside it, each adapter then run as --adapter 'NAME=cmd:VENV/bin/k2conform "
-        "serve-adapter ADAPTER'.  Without NAME, lists the environments and whether they are built."
+        "k2conform beside it (a release layer sees the project venv's), each adapter then run as "
+        "--adapter 'NAME=cmd:VENV/bin/k2conform serve-adapter ADAPTER' (--release VERSION for a "
+        "release layer).  Without NAME, lists the environments and whether they are built."
     )
     p.add_argument(
         "names",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import subprocess
 import sys
 import threading
@@ -70,10 +71,7 @@ class Environment:
         """The engine release a release layer is built for (``vllm-0.10.0``: ``0.10.0``), which
         its adapter must import: a layer that falls through to its base's release is an error,
         not a second run of the base.  None for any other environment."""
-        line, _, release = self.name.partition("-")
-        if self.over and line in CANDIDATE_LINES and _RELEASE_SPEC.match(f"{line}=={release}"):
-            return release
-        return None
+        return release_of(self.name) if self.over else None
 
     def adapter_options(self, root: Path) -> list[str]:
         """``--adapter NAME=cmd:...`` for each adapter this environment serves (extra ones only),
@@ -128,6 +126,15 @@ CANDIDATE_LINES = ("vllm", "sglang")
 _RELEASE_SPEC = re.compile(r"^(?P<line>[a-z]+)==(?P<release>[0-9][0-9A-Za-z.+!-]*)$")
 #: What an environment holds, written into its venv by ``install`` (and the overlay).
 MANIFEST = "k2conform-environment.json"
+
+
+def release_of(name: str) -> str | None:
+    """The release a release layer's name says (``vllm-0.10.0``: ``0.10.0``; None for any other
+    name, ``vllm-src-<commit>`` among them)."""
+    line, _, release = name.partition("-")
+    if line in CANDIDATE_LINES and _RELEASE_SPEC.match(f"{line}=={release}"):
+        return release
+    return None
 
 
 def candidate(spec: str, root: Path) -> Environment:
@@ -269,8 +276,9 @@ def install(
         log(f"== {environment.name}: creating {venv}")
         venv.parent.mkdir(parents=True, exist_ok=True)
         # A layer gets no pip of its own: its base's pip installs into it (``pip --python``),
-        # 5 s less a release than seeding and upgrading one (41 release layers).
-        without_pip = ["--without-pip"] if base is not None else []
+        # 5 s less a release than seeding and upgrading one (41 release layers); a rebuilt one
+        # starts empty, so no pip or k2conform of an earlier build shadows its base's.
+        without_pip = ["--without-pip", "--clear"] if base is not None else []
         _step(
             environment,
             venv,
@@ -411,12 +419,11 @@ def _pip(python: str, base: Path | None) -> list[str]:
 
 
 def _console_script(venv: Path) -> None:
-    """``bin/k2conform`` of a layer, whose k2conform package is its base's."""
+    """``bin/k2conform`` of a layer, whose k2conform package is its base's: the layer's
+    interpreter by its absolute path (from any directory; a path with spaces too)."""
     script = venv / "bin" / "k2conform"
-    script.write_text(
-        f"#!{venv / 'bin' / 'python'}\nimport sys\n\nfrom k2conform.cli import main\n\n"
-        "sys.exit(main())\n"
-    )
+    python = shlex.quote(str((venv / "bin" / "python").absolute()))
+    script.write_text(f'#!/bin/sh\nexec {python} -m k2conform.cli "$@"\n')
     script.chmod(0o755)
 
 

@@ -25,6 +25,7 @@ from k2conform.setup.parsers import (
     candidate,
     environments,
     installed,
+    release_of,
 )
 from k2conform.verify.compare import Side, compare, html_page, markdown, to_json
 
@@ -122,8 +123,9 @@ def _environment(spec: str, root: Path, role: str) -> tuple[str, str | None]:
     if spec == PROJECT:
         return sys.executable, None
     environment = environments().get(spec)
-    if environment is None and (root / spec / MANIFEST).is_file():  # a source overlay's, built
-        return str(root / spec / "bin" / "python"), None  # before under its own name
+    if environment is None and (root / spec / MANIFEST).is_file():  # a candidate built before,
+        source = json.loads((root / spec / MANIFEST).read_text()).get("source")  # by its name
+        return str(root / spec / "bin" / "python"), None if source else release_of(spec)
     if environment is None:
         try:
             environment = candidate(spec, root)
