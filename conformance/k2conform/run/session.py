@@ -23,6 +23,7 @@ from typing import Any
 #: documents.
 SESSION_ERROR_SUFFIX = "_ERROR"
 
+
 def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "session",

@@ -124,8 +124,9 @@ def _environment(spec: str, root: Path, role: str) -> tuple[str, str | None]:
         return sys.executable, None
     environment = environments().get(spec)
     if environment is None and (root / spec / MANIFEST).is_file():  # a candidate built before,
-        source = json.loads((root / spec / MANIFEST).read_text()).get("source")  # by its name
-        return str(root / spec / "bin" / "python"), None if source else release_of(spec)
+        # named by its environment (``vllm-0.34.0``; a source overlay's ``vllm-src-*`` names no
+        # release)
+        return str(root / spec / "bin" / "python"), release_of(spec)
     if environment is None:
         try:
             environment = candidate(spec, root)
