@@ -10,7 +10,7 @@ JOBS ?= 2
 # Environments built at once by `make parsers-extra` (.ci/run: 1 on a small disk).
 SETUP_JOBS ?= $(JOBS)
 
-.PHONY: setup servers grammars matrix matrix-servers matrix-grammar test test-lanes test-llama-cpp fuzz bench clean parsers-extra matrix-extra matrix-extra-parsers matrix-releases matrix-releases-guard matrix-servers-guard server-runs test-extra llama-cpp matrix-llama-cpp
+.PHONY: setup servers grammars matrix matrix-servers matrix-grammar test test-lanes test-llama-cpp fuzz bench clean parsers-extra matrix-extra matrix-extra-parsers matrix-releases matrix-releases-guard matrix-servers-guard matrix-extra-parsers-guard server-runs test-extra llama-cpp matrix-llama-cpp
 
 setup: $(STAMP)
 
@@ -57,6 +57,11 @@ matrix-grammar: grammars
 	$(BIN)/k2conform grammar --baseline baseline-grammar.json \
 		--html report/grammar/index.html --json report/grammar/results.json --markdown report/grammar/summary.md
 
+# The costly lanes' guards (.ci/run, when .ci/lanes.py finds a lane's inputs unchanged since its
+# last full pass) run every environment of the lane on the cases that reach each glue: the spec's
+# golden calls, the policy cases, thinking, tool_choice.
+GUARD_CASES := --case 'y_spec_*' --case '*policy*' --case '*think*' --case '*tool_choice*'
+
 # The real-server lane: the whole corpus through the real vLLM server (both server modes; the
 # Kimi K3 cases through a second server running the kimi_k3 parsers, after the first), then
 # SERVER_CONCURRENT's cases in server-concurrent (each alone, then 8 copies at once; two cells a
@@ -85,10 +90,9 @@ server-runs:
 	$(BIN)/k2conform run --adapter $(SERVER) --delivery server-concurrent $(SERVER_CONCURRENT) \
 		--jobs 2 --json report/servers/$(SERVER)-concurrent.json; [ $$? -le 1 ] || exit 2
 
-# The server lane's guard (.ci/run, when .ci/lanes.py finds its inputs unchanged since its last
-# full pass): the real server on the release guard's cases, every server-only case and every
-# Kimi K3 case (56, the K3 server's whole lane).
-SERVER_GUARD = $(RELEASE_GUARD) --case '*server*' --case '*_k3_*'
+# The server lane's guard: the real server on the guard's cases, every server-only case and
+# every Kimi K3 case (56, the K3 server's whole lane).
+SERVER_GUARD := $(GUARD_CASES) --case '*server*' --case '*_k3_*'
 matrix-servers-guard:
 	$(MAKE) matrix-servers SERVER_CASES="$(SERVER_GUARD)"
 
@@ -100,11 +104,21 @@ parsers-extra: setup
 
 # The extra parsers' lane: reference + the extra parsers the reviewed baseline-extra.json covers
 # (each through its own venv), gated by it.  The default --timeout (20 s) is the one the
-# baselines' timeout entries were reviewed with; the hello may take 4 x --timeout.
+# baselines' timeout entries were reviewed with; the hello may take 4 x --timeout.  EXTRA_CASES
+# narrows the run (its guard); a full pass records its inputs in .ci/lanes.json.
+EXTRA_CASES ?=
 matrix-extra-parsers: parsers-extra
-	$(BIN)/k2conform setup-parsers --adapters --baseline baseline-extra.json \
-		| xargs -d '\n' $(BIN)/k2conform run --adapter reference --baseline baseline-extra.json \
-		--html report/extra/index.html --json report/extra/results.json --markdown report/extra/summary.md
+	mkdir -p report/extra
+	$(BIN)/k2conform setup-parsers --adapters --baseline baseline-extra.json > report/extra/adapters.list
+	[ -s report/extra/adapters.list ] || { echo "no environment of baseline-extra.json is built" >&2; exit 2; }
+	xargs -d '\n' $(BIN)/k2conform run --adapter reference $(EXTRA_CASES) --baseline baseline-extra.json \
+		--html report/extra/index.html --json report/extra/results.json --markdown report/extra/summary.md \
+		< report/extra/adapters.list
+	[ -n "$(EXTRA_CASES)" ] || $(PYTHON) .ci/lanes.py record extra
+
+# The extra parsers' lane's guard: every extra parser on the guard's cases.
+matrix-extra-parsers-guard:
+	$(MAKE) matrix-extra-parsers EXTRA_CASES="$(GUARD_CASES)"
 
 # The release lanes: every older vLLM and SGLang release baseline-releases-{vllm,sglang}.json
 # cover (docs/releases.md), RELEASE_JOBS environments at a time (xargs in the foreground, so
@@ -141,12 +155,9 @@ matrix-releases: parsers-extra
 	[ -n "$(RELEASE_CASES)" ] || [ "$(RELEASE_LINES)" != "vllm sglang" ] \
 		|| $(PYTHON) .ci/lanes.py record releases
 
-# The release lanes' guard (.ci/run, when .ci/lanes.py finds their inputs unchanged since
-# their last full pass): every environment built and run on the cases that reach each
-# release's glue (the spec's golden calls, the policy cases, thinking, tool_choice).
-RELEASE_GUARD := --case 'y_spec_*' --case '*policy*' --case '*think*' --case '*tool_choice*'
+# The release lanes' guard: every environment built and run on the guard's cases.
 matrix-releases-guard:
-	$(MAKE) matrix-releases RELEASE_CASES="$(RELEASE_GUARD)"
+	$(MAKE) matrix-releases RELEASE_CASES="$(GUARD_CASES)"
 
 # Everything beyond `matrix` that has a reviewed baseline, then the releases' history with the
 # in-process ones.

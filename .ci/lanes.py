@@ -1,11 +1,12 @@
 """Which inputs a costly lane last passed over in full, so .ci/run knows when a guard is enough.
 
 A lane too long for every CI run (the release lanes: 41 environments x the whole corpus; the
-real vLLM server lane: the whole corpus through a served model on CPU) runs
-in full when one of its inputs changed since its last full pass, and as a guard otherwise
-(docs/testing.md).  Its inputs are the corpus, the adapter glue, the lane's baselines and the
-pinned closures; ``.ci/lanes.json`` holds their digest as of the last full pass, written by the
-lane's make target when it passes, and committed with the change that needed it.
+real vLLM server lane: the whole corpus through a served model on CPU; the extra parsers' lane:
+seven parsers in their own environments x the whole corpus) runs in full when one of its
+inputs changed since its last full pass, and as a guard otherwise (docs/testing.md).  Its
+inputs are the corpus, the adapter glue, the lane's baselines and the pinned closures;
+``.ci/lanes.json`` holds their digest as of the last full pass, written by the lane's make
+target when it passes, and committed with the change that needed it.
 
     python3 .ci/lanes.py check LANE    # exit 0: inputs unchanged; 1: run it in full
     python3 .ci/lanes.py record LANE   # after a full pass: store the inputs' digest
@@ -38,34 +39,38 @@ _SGLANG_SERVING = tuple(
 #: What neither lane plans a cell for: the live-engine plugin's probes (``run`` takes completion
 #: cases only).
 _NOT_RUN = (":(exclude)corpus/probes",)
+#: The real vLLM server's glue: only the server lane runs it.
+_SERVER_GLUE = tuple(
+    f":(exclude)adapters/k2conform_adapters/{name}.py"
+    for name in ("vllm_server", "vllm_forcing", "vllm_model", "vllm_hf_tokenizer")
+)
+#: The extra parsers' glue: only the extra parsers' lane runs it.
+_EXTRA_GLUE = tuple(
+    f":(exclude)adapters/k2conform_adapters/{name}.py"
+    for name in (
+        "aphrodite_parser",
+        "easydel_parser",
+        "lmdeploy_parser",
+        "mlx_lm_parser",
+        "ms_swift_parser",
+        "vllm_mlx_parser",
+        "sglang_kt_parser",
+    )
+)
+#: What only a Kimi K2 lane leaves out: the K3 cases plan no cell of a K2 adapter
+#: (``Adapter.families``), the request-level cases none of an in-process one
+#: (tests/test_request_fate.py).
+_SERVER_ONLY_CASES = (":(exclude)corpus/k3", ":(exclude)corpus/requests")
 INPUTS = {
     "releases": [
         "corpus",
         *_NOT_RUN,
+        *_SERVER_ONLY_CASES,
         "adapters/k2conform_adapters",
-        # no release lane runs the K3 family yet: its cases plan no cell of a K2 adapter
-        # (``Adapter.families``)
-        ":(exclude)corpus/k3",
-        ":(exclude)corpus/requests",  # request-level cases (tests/test_request_fate.py)
         *_K3_IN_PROCESS,
         *_SGLANG_SERVING,
-        # the adapters no release environment runs: the servers' and the extra parsers' glue
-        *(
-            f":(exclude)adapters/k2conform_adapters/{name}.py"
-            for name in (
-                "vllm_server",
-                "vllm_forcing",
-                "vllm_model",
-                "vllm_hf_tokenizer",
-                "aphrodite_parser",
-                "easydel_parser",
-                "lmdeploy_parser",
-                "mlx_lm_parser",
-                "ms_swift_parser",
-                "vllm_mlx_parser",
-                "sglang_kt_parser",
-            )
-        ),
+        *_SERVER_GLUE,
+        *_EXTRA_GLUE,
         "baseline-releases-vllm.json",
         "baseline-releases-sglang.json",
         "requirements",
@@ -77,6 +82,19 @@ INPUTS = {
         *_K3_IN_PROCESS,
         *_SGLANG_SERVING,
         "baseline-servers.json",
+        "requirements",
+    ],
+    # the reference and the extra parsers (every adapter glue but the servers': an extra
+    # parser may reuse an engine's, as sglang-kt does SGLang's)
+    "extra": [
+        "corpus",
+        *_NOT_RUN,
+        *_SERVER_ONLY_CASES,
+        "adapters/k2conform_adapters",
+        *_K3_IN_PROCESS,
+        *_SGLANG_SERVING,
+        *_SERVER_GLUE,
+        "baseline-extra.json",
         "requirements",
     ],
 }

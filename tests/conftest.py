@@ -19,6 +19,7 @@ def corpus() -> Corpus:
     return load_corpus()
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups
 def pytest_collection_modifyitems(config, items):
     """One xdist group per file (``--dist loadgroup`` then sends files to workers whole, as
     ``loadfile`` would), except in a file that sets ``SPREAD_ACROSS_WORKERS = True``: its

@@ -4,6 +4,7 @@ one of their inputs changed since their last full pass."""
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import shutil
 import subprocess
@@ -35,10 +36,14 @@ def test_the_developer_lane_leaves_out_every_lane_and_ci_runs_the_rest():
     )
     assert lanes_run and _markers(lanes_run.group(1)) == set(LANES) - {"llama_cpp"}
     ci = (ROOT / ".ci" / "run").read_text()
-    for target in ("test", "test-lanes", "matrix-grammar", "matrix-extra-parsers"):
+    for target in ("test", "test-lanes", "matrix-grammar"):
         assert re.search(rf'^step "[^"]+" {target}$', ci, re.MULTILINE), target
     # a lane with a stamp runs in full or as its guard, by its own stamp
-    for lane, target in (("servers", "matrix-servers"), ("releases", "matrix-releases")):
+    for lane, target in (
+        ("extra", "matrix-extra-parsers"),
+        ("servers", "matrix-servers"),
+        ("releases", "matrix-releases"),
+    ):
         branch = re.search(
             rf"^if python3 \.ci/lanes\.py check {lane}; then\n"
             rf'  step "[^"]+" {target}-guard\nelse\n  step "[^"]+" {target}\nfi$',
@@ -68,7 +73,11 @@ def _lanes(repo: Path, *args: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize(
     ("lane", "baseline"),
-    [("releases", "baseline-releases-vllm.json"), ("servers", "baseline-servers.json")],
+    [
+        ("releases", "baseline-releases-vllm.json"),
+        ("servers", "baseline-servers.json"),
+        ("extra", "baseline-extra.json"),
+    ],
 )
 def test_a_stamped_lane_runs_in_full_exactly_when_an_input_changed(tmp_path, lane, baseline):
     """A repository with the lane's inputs: recorded after a full pass, the guard is enough;
@@ -97,6 +106,51 @@ def test_a_stamped_lane_runs_in_full_exactly_when_an_input_changed(tmp_path, lan
     assert _lanes(repo, "check", lane).returncode == 1
     usage = _lanes(repo, "check", "nosuch")
     assert usage.returncode == 2 and usage.stderr.count("\n") == 1
+
+
+def test_each_stamped_lane_takes_its_own_glue_and_baselines_and_no_other_lanes():
+    """A lane whose digest missed its own glue would keep its guard over a changed parser; one
+    that took another lane's would run in full for nothing."""
+    spec = importlib.util.spec_from_file_location("ci_lanes", ROOT / ".ci" / "lanes.py")
+    ci_lanes = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ci_lanes)
+
+    def inputs(lane: str) -> set[str]:
+        listed = subprocess.run(
+            ["git", "ls-files", "--", *ci_lanes.INPUTS[lane]],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        return set(listed.split())
+
+    glue = "adapters/k2conform_adapters/"
+    extra, servers, releases = inputs("extra"), inputs("servers"), inputs("releases")
+    assert f"{glue}sglang_kt_parser.py" in extra - releases
+    assert f"{glue}sglang_parser.py" in extra & releases  # sglang-kt reuses SGLang's glue
+    assert f"{glue}vllm_server.py" in servers - extra - releases
+    assert "baseline-extra.json" in extra - servers - releases
+    assert "baseline-servers.json" in servers - extra - releases
+    assert "corpus/golden/completions/y_spec_final_answer.json" in extra & servers & releases
+
+
+def test_loadgroup_sends_a_file_to_one_worker_whole():
+    """The lanes' files go to workers whole only if xdist sees each file's group: pytest 9.2's
+    node ids silently drop it (pytest-dev/pytest-xdist#1386), and a module fixture such as
+    the real server's run was then made on one worker while the other waited on its lock."""
+    ran = subprocess.run(
+        [sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadgroup", "-v"]
+        + ["-p", "no:cacheprovider", "tests/test_lanes.py", "-k", "stamped_lane"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    passed = re.findall(r"^\[(gw\d)\] .*PASSED (\S+)", ran.stdout, re.MULTILINE)
+    assert ran.returncode == 0 and len(passed) >= 3, ran.stdout[-3000:]
+    assert {node.rsplit("@", 1)[-1] for _, node in passed} == {"test_lanes"}, passed
+    assert len({worker for worker, _ in passed}) == 1, passed
 
 
 def test_only_files_without_a_shared_fixture_are_spread_across_workers():
