@@ -558,7 +558,7 @@ def test_an_entry_whose_reason_is_still_the_generated_todo_fails_the_gate():
     block = judged.extra["gate"]
     assert not passed and block["passed"] is False and block["baselined"] == 1
     assert block["unreviewed"] == ["vllm differs content [whole]: y_a"]
-    assert "- UNREVIEWED: vllm differs content [whole]: y_a" in markdown(judged.to_json())
+    assert "- UNREVIEWED: vllm differs content [whole]: y_a" in markdown(judged)
     reviewed = BaselineEntry("vllm", "differs", ("content",), ("whole",), ("y_a",), "explained")
     judged, passed = gate(_results(cells, [("vllm", "ok", "")]), Baseline(("vllm",), (reviewed,)))
     assert passed and judged.extra["gate"]["unreviewed"] == []

@@ -20,6 +20,7 @@ from k2conform.bench.fuzz_speed import (
 )
 from k2conform.cli import main
 from k2conform.delivery.modes import cut
+from k2conform.model import RunResults
 from k2conform.reference.parser import ReferenceParser
 from k2conform.report.pages import streaming_cost_lines, streaming_cost_rows
 
@@ -94,12 +95,13 @@ def test_superlinear_flag_only_above_the_threshold_with_evidence():
         quadratic["evidence"]["sizes_kb"] == SIZES
         and quadratic["evidence"]["per_delta_us"][-1] == 200.0
     )
-    lines = streaming_cost_lines({"streaming_cost": rows})
+    checked = RunResults("0", 0, (), (), (), (), extra={"streaming_cost": rows})
+    lines = streaming_cost_lines(checked)
     assert "### Streaming cost" in lines and any(
         "**superlinear**" in line and "quadratic" in line for line in lines
     )
-    assert [r[4] for r in streaming_cost_rows({"streaming_cost": rows})] == ["ok", "superlinear"]
-    assert streaming_cost_lines({}) == []
+    assert [r[4] for r in streaming_cost_rows(checked)] == ["ok", "superlinear"]
+    assert streaming_cost_lines(RunResults("0", 0, (), (), (), ())) == []
 
 
 @pytest.mark.slow

@@ -14,7 +14,7 @@ from multiprocessing import Pipe
 import pytest
 
 from k2conform.errors import HarnessError
-from k2conform.model import CellOutcome
+from k2conform.model import CellOutcome, RunResults
 from k2conform.run import matrix as runner
 from k2conform.case.corpus import default_corpus_dir
 from k2conform.report.pages import markdown
@@ -77,7 +77,7 @@ def test_a_missing_vllm_method_is_one_adapter_error_naming_it_and_no_disagreemen
     assert not any(CellOutcome(c["outcome"]).finding for c in results["cells"])
     (message,) = results["adapter_errors"]["vllm"]
     assert "DelegatingParser.parse_delta" in message
-    summary = markdown(results)
+    summary = markdown(RunResults.from_json(results))
     assert summary.count("ADAPTER ERROR") == 1
     assert (
         "written for 0.20.0, " in summary and "0.33.0, the installed release is 0.33.0" in summary

@@ -504,17 +504,15 @@ def test_a_stream_violation_is_shown_with_the_token_aligned_deltas(vllm_page):
 
 
 def test_parsers_this_machine_does_not_have_collapse_to_one_line():
+    from k2conform.model import AdapterRow, RunResults
     from k2conform.report import pages
 
-    row = {"version": None, "supported_versions": [], "status": "unavailable", "reason": "x"}
-    results = {
-        "adapters": [
-            {**row, "name": "aphrodite"},
-            {**row, "name": "lmdeploy"},
-            {**row, "name": "vllm-legacy", "version": "0.33.0", "reason": "another release"},
-        ]
-    }
-    lines = pages._header_warnings(results, "- ")
+    rows = (
+        AdapterRow("aphrodite", None, status="unavailable", reason="x"),
+        AdapterRow("lmdeploy", None, status="unavailable", reason="x"),
+        AdapterRow("vllm-legacy", "0.33.0", status="unavailable", reason="another release"),
+    )
+    lines = pages._header_warnings(RunResults("0", 0, (), rows, (), ()), "- ")
     assert lines[0] == (
         "- not installed here (unavailable): aphrodite, lmdeploy; `k2conform setup-parsers` "
         "lists the environments that bring them"

@@ -471,12 +471,11 @@ def cmd_report(args: argparse.Namespace) -> int:
         from k2conform.gate.baseline import gate
 
         results, _ = gate(results, load_baseline(args.baseline))
-    document = results.to_json()
     if args.coverage:
         from k2conform.report.coverage_section import read_coverage
 
-        document["coverage"] = read_coverage(args.coverage)
-    write_reports(document, None, args.html, args.markdown)
+        results = results.with_extra(coverage=read_coverage(args.coverage))
+    write_reports(results, None, args.html, args.markdown)
     return 0
 
 

@@ -485,7 +485,8 @@ class AdapterRow:
 
 
 #: Keys of a results document other than the typed ones, kept as they are (the gate's
-#: verdict, adapter errors, the streaming-cost check, the shard, what was planned and run).
+#: verdict, adapter errors, the streaming-cost check, the shard, what was planned and run,
+#: the parser coverage ``report --coverage`` shows beside it).
 _EXTRA_KEYS = (
     "gate",
     "adapter_errors",
@@ -494,6 +495,7 @@ _EXTRA_KEYS = (
     "merged_from",
     "partial",
     "inventory",
+    "coverage",
 )
 
 

@@ -402,7 +402,7 @@ def build(
     built_adapters: dict[str, str | None] = {}
     for name, document in documents:
         results = RunResults.from_json(document)
-        found = behaviours(results, entries if entries is not None else baseline_entries(document))
+        found = behaviours(results, entries if entries is not None else baseline_entries(results))
         summaries = {c["id"]: c for c in document["cases"]}
         versions = {row.name: row.version for row in results.adapters}
         ran = {c.adapter for c in results.cells}

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from k2conform.errors import UsageError
+from k2conform.model import RunResults
 
 ROLE_NAMES = {"kimi": "Kimi-specific", "shared": "shared"}
 #: What a ``k2conform coverage --json`` document says it is (``coverage.measure`` writes it).
@@ -99,9 +100,9 @@ REACHABLE_NOTE = (
 )
 
 
-def html_section(results: dict[str, Any]) -> str:
+def html_section(results: RunResults) -> str:
     """The section, or nothing when the results carry no coverage document."""
-    document = results.get("coverage")
+    document = results.extra.get("coverage")
     if not document:
         return ""
     parts = [

@@ -79,19 +79,19 @@ class Behaviour:
         )
 
 
-def ran_adapters(document: Mapping[str, Any]) -> list[str]:
+def ran_adapters(results: RunResults) -> list[str]:
     """The adapters with cells, in the run's order (an unavailable adapter has none)."""
-    ran = {cell["adapter"] for cell in document["cells"]}
-    return [a["name"] for a in document["adapters"] if a["name"] in ran]
+    ran = {cell.adapter for cell in results.cells}
+    return [a.name for a in results.adapters if a.name in ran]
 
 
 def signature(cell: Cell) -> str:
     return f"{cell.outcome}: {', '.join(cell.fields)}" if cell.fields else str(cell.outcome)
 
 
-def baseline_entries(document: Mapping[str, Any]) -> tuple[BaselineEntry, ...]:
+def baseline_entries(results: RunResults) -> tuple[BaselineEntry, ...]:
     """The entries the run was gated against (kept in the gate block of the results)."""
-    block = gate_block(document)
+    block = gate_block(results.extra)
     return block.entries if block else ()
 
 

@@ -73,19 +73,17 @@ def table(
 
 
 class FindingsView:
-    """Renders the behaviours of one results document (``run --json``, as a dict)."""
+    """Renders the behaviours of one results document."""
 
-    def __init__(self, document: Mapping[str, Any]):
-        self.cases = {c["id"]: c for c in document["cases"]}
-        self.seed = document["seed"]
-        self.versions = {
-            a["name"]: a.get("version") or "not installed" for a in document["adapters"]
-        }
-        self.adapters = ran_adapters(document)
-        delivered = {c["delivery"] for c in document["cells"]}
-        self.modes = [m for m in document["modes"] if m in delivered]
-        self.baselined = gate_block(document) is not None
-        self.found = behaviours(RunResults.from_json(document), baseline_entries(document))
+    def __init__(self, results: RunResults):
+        self.cases = {c["id"]: c for c in results.cases}
+        self.seed = results.seed
+        self.versions = {a.name: a.version or "not installed" for a in results.adapters}
+        self.adapters = ran_adapters(results)
+        delivered = {c.delivery for c in results.cells}
+        self.modes = [m for m in results.modes if m in delivered]
+        self.baselined = gate_block(results.extra) is not None
+        self.found = behaviours(results, baseline_entries(results))
 
     def page_part(self) -> str:
         """The overview table, the filters and one section per adapter."""

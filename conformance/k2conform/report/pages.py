@@ -1,6 +1,7 @@
-"""Reports, built from the results JSON alone (run and report are decoupled, as in
-JSONTestSuite): an HTML page that opens on each adapter's distinct behaviours, an SVG picture
-of the class × adapter matrix, and a Markdown summary for a CI job summary and the console."""
+"""Reports, built from a results document alone (run and report are decoupled, as in
+JSONTestSuite; read once into :class:`~k2conform.model.RunResults`): an HTML page that opens on
+each adapter's distinct behaviours, an SVG picture of the class × adapter matrix, and a Markdown
+summary for a CI job summary and the console."""
 
 from __future__ import annotations
 
@@ -8,13 +9,13 @@ import html
 import json
 from collections import Counter, defaultdict
 from collections.abc import Iterable
-from typing import Any
 
 from k2conform.gate.baseline import gate_block
-from k2conform.model import RunResults
+from k2conform.model import Cell, RunResults
 from k2conform.report import coverage_section, style
 from k2conform.report.findings import (
     FAMILIES,
+    Behaviour,
     baseline_entries,
     behaviours,
     counts,
@@ -28,36 +29,36 @@ JUDGED = ("agree", "differs", "crash", "timeout")
 _COLOURS = style.OUTCOME_COLOURS
 
 
-def agreement(cells: Iterable[dict[str, Any]]) -> tuple[int, int]:
+def agreement(cells: Iterable[Cell]) -> tuple[int, int]:
     """(agreeing, judged) over cells that were judged against an expectation."""
-    judged = [c for c in cells if c["outcome"] in JUDGED]
-    return sum(c["outcome"] == "agree" for c in judged), len(judged)
+    judged = [c for c in cells if c.outcome in JUDGED]
+    return sum(c.outcome == "agree" for c in judged), len(judged)
 
 
 #: (taxonomy class, adapter, mode family) → (agreeing, judged, implementation-defined) cells.
 Rates = dict[tuple[str, str, str], tuple[int, int, int]]
 
 
-def class_matrix(results: dict[str, Any]) -> tuple[list[str], list[str], Rates]:
+def class_matrix(results: RunResults) -> tuple[list[str], list[str], Rates]:
     """(taxonomy class, adapter, mode family) → (agreeing, judged, implementation-defined) cells:
     token-aligned and text-level modes apart, since only the first is what an engine sends."""
-    tags = {c["id"]: c["tags"] for c in results["cases"]}
-    grouped: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
-    for cell in results["cells"]:
-        for tag in tags.get(cell["case"], ()):
-            grouped[(tag, cell["adapter"], family(cell["delivery"]))].append(cell)
+    tags = {c["id"]: c["tags"] for c in results.cases}
+    grouped: dict[tuple[str, str, str], list[Cell]] = defaultdict(list)
+    for cell in results.cells:
+        for tag in tags.get(cell.case, ()):
+            grouped[(tag, cell.adapter, family(cell.delivery))].append(cell)
     classes = sorted({tag for t in tags.values() for tag in t})
     return (
         classes,
         ran_adapters(results),
         {
-            key: (*agreement(cells), sum(c["outcome"] == "impl-defined" for c in cells))
+            key: (*agreement(cells), sum(c.outcome == "impl-defined" for c in cells))
             for key, cells in grouped.items()
         },
     )
 
 
-def matrix_svg(results: dict[str, Any]) -> str:
+def matrix_svg(results: RunResults) -> str:
     """The class × adapter matrix as a standalone SVG, one column per adapter and mode family,
     coloured by agreement rate, its text black or white for contrast."""
     classes, adapters, rates = class_matrix(results)
@@ -103,12 +104,12 @@ def matrix_svg(results: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def summary_rows(results: dict[str, Any]) -> list[tuple[str, str, Counter]]:
+def summary_rows(results: RunResults) -> list[tuple[str, str, Counter]]:
     tally: dict[tuple[str, str], Counter] = defaultdict(Counter)
-    for cell in results["cells"]:
-        tally[(cell["adapter"], cell["delivery"])][cell["outcome"]] += 1
-    order = {a["name"]: i for i, a in enumerate(results["adapters"])}
-    modes = {m: i for i, m in enumerate(results["modes"])}
+    for cell in results.cells:
+        tally[(cell.adapter, cell.delivery)][cell.outcome.value] += 1
+    order = {a.name: i for i, a in enumerate(results.adapters)}
+    modes = {m: i for i, m in enumerate(results.modes)}
     return [
         (a, m, c)
         for (a, m), c in sorted(
@@ -117,22 +118,22 @@ def summary_rows(results: dict[str, Any]) -> list[tuple[str, str, Counter]]:
     ]
 
 
-def cross_adapter_disagreements(results: dict[str, Any]) -> list[tuple[str, dict[str, str]]]:
+def cross_adapter_disagreements(results: RunResults) -> list[tuple[str, dict[str, str]]]:
     """Cases where the adapters' one-shot results differ from each other (any verdict)."""
     found = []
     by_case: dict[str, dict[str, str]] = defaultdict(dict)
-    for cell in results["cells"]:
-        observed = cell["observed"]
-        if cell["delivery"] == "whole" and observed and observed.get("outcome") == "ok":
+    for cell in results.cells:
+        observed = cell.observed
+        if cell.delivery == "whole" and observed and observed.outcome == "ok":
             key = json.dumps(
                 [
-                    observed.get("content") or None,
-                    observed.get("reasoning") or None,
-                    [(c["name"], c["arguments"]) for c in observed["tool_calls"]],
+                    observed.content or None,
+                    observed.reasoning or None,
+                    [(c.name, c.arguments) for c in observed.tool_calls],
                 ],
                 ensure_ascii=False,
             )
-            by_case[cell["case"]][cell["adapter"]] = key
+            by_case[cell.case][cell.adapter] = key
     for case, keys in sorted(by_case.items()):
         if len(set(keys.values())) > 1:
             found.append((case, keys))
@@ -145,32 +146,32 @@ def _agreement_text(tally: Counter) -> str:
     return f"{tally['agree']}/{judged}{open_cells}"
 
 
-def markdown(results: dict[str, Any]) -> str:
+def markdown(results: RunResults) -> str:
     """The summary a CI job shows (and the console prints): agreement per adapter and mode,
     the gate with every new, stale and missing item by name, distinct behaviours per adapter."""
     lines = [
         (
-            f"## k2conform: {len(results['cases'])} cases, {len(results['cells'])} cells, "
-            f"{results['wall_seconds']:.1f} s"
+            f"## k2conform: {len(results.cases)} cases, {len(results.cells)} cells, "
+            f"{results.wall_seconds:.1f} s"
         ),
         "",
     ]
     lines += _header_warnings(results, "- ")
     lines += [
-        "| adapter | version | " + " | ".join(results["modes"]) + " |",
-        "|---|---|" + "---|" * len(results["modes"]),
+        "| adapter | version | " + " | ".join(results.modes) + " |",
+        "|---|---|" + "---|" * len(results.modes),
     ]
-    versions = {a["name"]: a.get("version") or "-" for a in results["adapters"]}
+    versions = {a.name: a.version or "-" for a in results.adapters}
     agreement_by_mode: dict[str, dict[str, str]] = defaultdict(dict)
     for adapter, mode, tally in summary_rows(results):
         agreement_by_mode[adapter][mode] = _agreement_text(tally)
     for adapter, by_mode in agreement_by_mode.items():
         lines.append(
             f"| {adapter} | {versions.get(adapter)} | "
-            + " | ".join(by_mode.get(m, "-") for m in results["modes"])
+            + " | ".join(by_mode.get(m, "-") for m in results.modes)
             + " |"
         )
-    partial = results.get("partial")
+    partial = results.extra.get("partial")
     if partial:
         lines += [
             "",
@@ -179,11 +180,11 @@ def markdown(results: dict[str, Any]) -> str:
                 f"{partial['planned']} cells were run."
             ),
         ]
-    inventory = results.get("inventory")
+    inventory = results.extra.get("inventory")
     if inventory and inventory["run"] < inventory["planned"]:
         run, planned = inventory["run"], inventory["planned"]
         lines += ["", f"**INCOMPLETE:** {run} of {planned} planned cells."]
-    gate = gate_block(results)
+    gate = gate_block(results.extra)
     if gate:
         lines += [
             "",
@@ -200,16 +201,13 @@ def markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines + behaviour_lines(results) + streaming_cost_lines(results)) + "\n"
 
 
-def _behaviours(results: dict[str, Any]) -> dict[str, list[Any]]:
-    return behaviours(RunResults.from_json(results), baseline_entries(results))
-
-
-def behaviour_lines(results: dict[str, Any]) -> list[str]:
+def behaviour_lines(results: RunResults) -> list[str]:
     """The "Distinct behaviours per adapter" table of the Markdown summary."""
     adapters = ran_adapters(results)
     if not adapters:
         return []
-    per_adapter = counts({a: g for a, g in _behaviours(results).items() if a in adapters})
+    grouped = behaviours(results, baseline_entries(results))
+    per_adapter = counts({a: g for a, g in grouped.items() if a in adapters})
     columns = (
         "adapter",
         "token-aligned",
@@ -232,7 +230,6 @@ def behaviour_lines(results: dict[str, Any]) -> list[str]:
             + " | ".join(str(row[key]) for key in (*FAMILIES, "new", "not reported", "cells"))
             + " |"
         )
-    grouped = _behaviours(results)
     for adapter in adapters:
         if grouped.get(adapter):
             lines += ["", f"#### {adapter}", ""]
@@ -244,7 +241,7 @@ def behaviour_lines(results: dict[str, Any]) -> list[str]:
 _REASON_CHARS = 160
 
 
-def _behaviour_line(behaviour: Any) -> str:
+def _behaviour_line(behaviour: Behaviour) -> str:
     """One distinct behaviour, one line: what differs, where, on which cases, and why."""
     status = {"new": "**NEW**", "not reported": "not reported upstream"}.get(
         behaviour.upstream, " ".join(behaviour.links)
@@ -271,11 +268,11 @@ _STREAMING_COLUMNS = (
 )
 
 
-def streaming_cost_rows(results: dict[str, Any]) -> list[list[str]]:
+def streaming_cost_rows(results: RunResults) -> list[list[str]]:
     """The streaming-cost check added by ``run --bench``: per adapter and streaming delivery,
     the scaling exponent, the ``superlinear`` finding (or ``ok``) and its evidence."""
     rows = []
-    for row in results.get("streaming_cost") or ():
+    for row in results.extra.get("streaming_cost") or ():
         evidence = row["evidence"]
         capped = (
             f" (capped after {evidence['capped']['after_kb']} KB)" if evidence.get("capped") else ""
@@ -294,8 +291,8 @@ def streaming_cost_rows(results: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
-def _streaming_cost_note(results: dict[str, Any]) -> str:
-    threshold = (results.get("streaming_cost") or [{}])[0].get("threshold")
+def _streaming_cost_note(results: RunResults) -> str:
+    threshold = (results.extra.get("streaming_cost") or [{}])[0].get("threshold")
     return (
         "Exponent of the total streaming time against the output size (one call whose JSON "
         "arguments are "
@@ -304,7 +301,7 @@ def _streaming_cost_note(results: dict[str, Any]) -> str:
     )
 
 
-def streaming_cost_lines(results: dict[str, Any]) -> list[str]:
+def streaming_cost_lines(results: RunResults) -> list[str]:
     """The "Streaming cost" section of the Markdown summary (empty without ``run --bench``)."""
     rows = streaming_cost_rows(results)
     if not rows:
@@ -324,32 +321,28 @@ def streaming_cost_lines(results: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _header_warnings(results: dict[str, Any], prefix: str) -> list[str]:
+def _header_warnings(results: RunResults, prefix: str) -> list[str]:
     """One line per adapter that is unsupported, unavailable or whose glue failed."""
     warnings = []
-    errors = results.get("adapter_errors") or {}
-    absent = [
-        a["name"]
-        for a in results["adapters"]
-        if a["status"] == "unavailable" and not a.get("version")
-    ]
+    errors = results.extra.get("adapter_errors") or {}
+    absent = [a.name for a in results.adapters if a.status == "unavailable" and not a.version]
     if absent:  # one line for the parsers this machine does not have, asked for or not
         warnings.append(
             f"{prefix}not installed here (unavailable): {', '.join(absent)}; "
             "`k2conform setup-parsers` lists the environments that bring them"
         )
-    for adapter in results["adapters"]:
-        name, version = adapter["name"], adapter.get("version") or "not installed"
-        written_for = ", ".join(adapter.get("supported_versions") or []) or "any release"
+    for adapter in results.adapters:
+        name, version = adapter.name, adapter.version or "not installed"
+        written_for = ", ".join(adapter.supported_versions) or "any release"
         if name in absent:
             continue
-        if adapter["status"] == "unavailable":
-            warnings.append(f"{prefix}{name}: unavailable ({adapter['reason']})")
+        if adapter.status == "unavailable":
+            warnings.append(f"{prefix}{name}: unavailable ({adapter.reason})")
         elif name in errors:
             cells = sum(errors[name].values())
             detail = "; ".join(f"{message} ({n} cells)" for message, n in errors[name].items())
             # A release clause only when one is known (a cmd: adapter without a hello has neither).
-            known = adapter.get("version") or adapter.get("supported_versions")
+            known = adapter.version or adapter.supported_versions
             releases = (
                 f"the adapter was written for {written_for}, the installed release is {version}; "
                 if known
@@ -359,7 +352,7 @@ def _header_warnings(results: dict[str, Any], prefix: str) -> list[str]:
                 f"{prefix}{name}: ADAPTER ERROR, not a parser finding: {releases}{detail}. "
                 f"Its {cells} cells are not counted as disagreements."
             )
-        elif adapter.get("supported") is False:
+        elif adapter.supported is False:
             warnings.append(
                 f"{prefix}{name} {version} is not a release this adapter was written for "
                 f"({written_for}); it still runs, and a glue failure would show as adapter-error"
@@ -367,7 +360,7 @@ def _header_warnings(results: dict[str, Any], prefix: str) -> list[str]:
     return warnings + ([""] if warnings else [])
 
 
-def html_page(results: dict[str, Any]) -> str:
+def html_page(results: RunResults) -> str:
     """The HTML report: it opens on the findings per adapter; the tables of every cell's
     outcome, the class matrix and the cases with findings follow."""
     esc = html.escape
@@ -386,9 +379,9 @@ def html_page(results: dict[str, Any]) -> str:
         ),
         f"<style>{style.CSS}{style.outcome_css()}</style></head><body>",
         (
-            f"<h1>k2conform conformance report</h1><p>k2conform {esc(results['k2conform'])} · "
-            f"{len(results['cases'])} cases · {len(results['cells'])} cells · "
-            f"seed {results['seed']} · wall {results['wall_seconds']:.1f} s · {links}</p>"
+            f"<h1>k2conform conformance report</h1><p>k2conform {esc(results.version)} · "
+            f"{len(results.cases)} cases · {len(results.cells)} cells · "
+            f"seed {results.seed} · wall {results.wall_seconds:.1f} s · {links}</p>"
         ),
         _gate_html(results),
         *[f"<p class='warn'>⚠ {esc(w)}</p>" for w in _header_warnings(results, "") if w],
@@ -404,11 +397,11 @@ def html_page(results: dict[str, Any]) -> str:
     return "\n".join(part for part in parts if part)
 
 
-def _gate_html(results: dict[str, Any]) -> str:
+def _gate_html(results: RunResults) -> str:
     """The verdict, with every missing adapter and stale entry by name (new ones are in the
     findings view, marked NEW)."""
     esc = html.escape
-    gate, partial = gate_block(results), results.get("partial")
+    gate, partial = gate_block(results.extra), results.extra.get("partial")
     parts = (
         [
             (
@@ -434,7 +427,7 @@ def _gate_html(results: dict[str, Any]) -> str:
     return "\n".join(parts)
 
 
-def _matrix_html(results: dict[str, Any]) -> str:
+def _matrix_html(results: RunResults) -> str:
     return (
         "<h2 id='matrix'>Taxonomy class × adapter, token-aligned and text-level modes apart"
         "</h2>"
@@ -443,18 +436,18 @@ def _matrix_html(results: dict[str, Any]) -> str:
     )
 
 
-def _summary_html(results: dict[str, Any]) -> str:
+def _summary_html(results: RunResults) -> str:
     esc = html.escape
     adapters = [
         (
-            esc(a["name"]),
-            esc(a.get("version") or "not installed"),
+            esc(a.name),
+            esc(a.version or "not installed"),
             (
-                f"{esc(a['status'])} {esc(a['reason'])} (supported releases: "
-                f"{esc(', '.join(a.get('supported_versions') or []) or '-')})"
+                f"{esc(a.status)} {esc(a.reason)} (supported releases: "
+                f"{esc(', '.join(a.supported_versions) or '-')})"
             ),
         )
-        for a in results["adapters"]
+        for a in results.adapters
     ]
     modes = []
     for adapter, mode, tally in summary_rows(results):
@@ -486,7 +479,7 @@ def _summary_html(results: dict[str, Any]) -> str:
     )
 
 
-def _cross_adapter_html(results: dict[str, Any]) -> str:
+def _cross_adapter_html(results: RunResults) -> str:
     esc = html.escape
     cross = cross_adapter_disagreements(results)
     rows = []
@@ -502,7 +495,7 @@ def _cross_adapter_html(results: dict[str, Any]) -> str:
     )
 
 
-def _streaming_cost_html(results: dict[str, Any]) -> str:
+def _streaming_cost_html(results: RunResults) -> str:
     esc = html.escape
     streaming = streaming_cost_rows(results)
     if not streaming:
