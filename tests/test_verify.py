@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from k2conform.model import Cell, CellOutcome, FieldDiff, RunResults
+from k2conform.model import CaseSummary, Cell, CellOutcome, FieldDiff, Request, RunResults
 from k2conform.verify.compare import Side, classify, compare, html_page
 
 FIX = ("strip_trailing_reasoning_whitespace=True", "strip_trailing_reasoning_whitespace=False")
@@ -157,7 +157,9 @@ def _cell(case: str, outcome: str, fields: tuple[str, ...] = (), content: str = 
 
 
 def _results(*cells: Cell, **extra) -> RunResults:
-    cases = tuple({"id": c} for c in sorted({cell.case for cell in cells}))
+    cases = tuple(
+        CaseSummary(c, "y", "", (), Request(), "") for c in sorted({cell.case for cell in cells})
+    )
     return RunResults("0", 1, ("whole",), (), cases, cells, extra=extra)
 
 

@@ -484,6 +484,65 @@ class AdapterRow:
         )
 
 
+@dataclass(frozen=True)
+class CaseSummary:
+    """What a results document keeps of a case: what the reports show, and what they need to
+    derive its deliveries again (the request: ``stream-after-cutoff``'s prelude calls its first
+    declared tool, as ``stream-interleaved``'s partner does, in the case's family)."""
+
+    id: str
+    verdict: str
+    description: str
+    tags: tuple[str, ...]
+    request: Request
+    model_output: str
+    deltas: tuple[str, ...] | None = None
+    #: The case's expectation as its file writes it (the reports print it as it is).
+    expected: Mapping[str, Any] | None = None
+    spelled_markers: tuple[int, ...] = ()
+    #: The format family; None for Kimi K2 (the documents leave the key out then).
+    family: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "id": self.id,
+            "verdict": self.verdict,
+            "description": self.description,
+            "tags": list(self.tags),
+            "request": self.request.to_json(),
+            "model_output": self.model_output,
+            "deltas": list(self.deltas) if self.deltas is not None else None,
+            "expected": dict(self.expected) if self.expected is not None else None,
+        }
+        if self.spelled_markers:
+            data["spelled_markers"] = list(self.spelled_markers)
+        if self.family is not None:
+            data["family"] = self.family
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> CaseSummary:
+        request = data.get("request") or {}
+        deltas, expected = data.get("deltas"), data.get("expected")
+        return cls(
+            data["id"],
+            data.get("verdict", ""),
+            data.get("description", ""),
+            tuple(data.get("tags") or ()),
+            Request(
+                tuple(request.get("tools") or ()),
+                request.get("tool_choice", "auto"),
+                bool(request.get("thinking", False)),
+                dict(request.get("server_options") or {}),
+            ),
+            data.get("model_output", ""),
+            tuple(deltas) if deltas is not None else None,
+            expected,
+            tuple(data.get("spelled_markers") or ()),
+            data.get("family"),
+        )
+
+
 #: Keys of a results document other than the typed ones, kept as they are (the gate's
 #: verdict, adapter errors, the streaming-cost check, the shard, what was planned and run,
 #: the parser coverage ``report --coverage`` shows beside it).
@@ -507,9 +566,7 @@ class RunResults:
     seed: int
     modes: tuple[str, ...]
     adapters: tuple[AdapterRow, ...]
-    cases: tuple[
-        Mapping[str, Any], ...
-    ]  #: id, verdict, description, tags, model_output, deltas, expected
+    cases: tuple[CaseSummary, ...]
     cells: tuple[Cell, ...]
     wall_seconds: float = 0.0
     worker_restarts: int = 0
@@ -523,7 +580,7 @@ class RunResults:
             "wall_seconds": self.wall_seconds,
             "worker_restarts": self.worker_restarts,
             "adapters": [a.to_json() for a in self.adapters],
-            "cases": [dict(c) for c in self.cases],
+            "cases": [c.to_json() for c in self.cases],
             "cells": [c.to_json() for c in self.cells],
         }
         data.update({k: self.extra[k] for k in _EXTRA_KEYS if k in self.extra})
@@ -537,7 +594,7 @@ class RunResults:
             seed=data["seed"],
             modes=tuple(data["modes"]),
             adapters=tuple(AdapterRow.from_json(a) for a in data["adapters"]),
-            cases=tuple(data["cases"]),
+            cases=tuple(CaseSummary.from_json(c) for c in data["cases"]),
             cells=tuple(Cell.from_json(c) for c in data["cells"]),
             wall_seconds=data.get("wall_seconds", 0.0),
             worker_restarts=data.get("worker_restarts", 0),

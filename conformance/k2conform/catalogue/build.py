@@ -37,7 +37,7 @@ from k2conform.errors import UsageError
 from k2conform.fuzzing.signature import slug
 from k2conform.minimize.cells import CellEngine, Probe, target_signature
 from k2conform.minimize.delta_debug import Candidate, Minimizer
-from k2conform.model import Cell, dumps_canonical
+from k2conform.model import CaseSummary, Cell, dumps_canonical
 from k2conform.report.findings import Behaviour, delivered_deltas, repro_command
 from k2conform.run.cell import CellSettings, run_cell
 from k2conform.run.matrix import adapter_sessions
@@ -156,7 +156,7 @@ def catalogue_id(prefix: str, adapter: str, outcome: str, fields: Sequence[str],
 
 def build_one(
     behaviour: Behaviour,
-    summaries: Mapping[str, Mapping[str, Any]],
+    summaries: Mapping[str, CaseSummary],
     source: CompletionCase,
     adapter: Any,
     availability: Availability,
@@ -398,12 +398,12 @@ def build(
     from k2conform.report.findings import baseline_entries, behaviours
 
     specs = {spec_name(a): a for a in adapters}
-    plan: list[tuple[str, Behaviour, Mapping[str, Any], int, str]] = []
+    plan: list[tuple[str, Behaviour, Mapping[str, CaseSummary], int, str]] = []
     built_adapters: dict[str, str | None] = {}
     for name, document in documents:
         results = RunResults.from_json(document)
         found = behaviours(results, entries if entries is not None else baseline_entries(results))
-        summaries = {c["id"]: c for c in document["cases"]}
+        summaries = {c.id: c for c in results.cases}
         versions = {row.name: row.version for row in results.adapters}
         ran = {c.adapter for c in results.cells}
         for adapter, group in found.items():

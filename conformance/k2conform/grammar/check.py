@@ -101,7 +101,7 @@ def _document(
         "adapter": row.to_json(),
         "declined": list(declined),
         "xgrammar": xgrammar_version(),
-        "samples": [case_summary(s) for s in samples],
+        "samples": [case_summary(s).to_json() for s in samples],
         "cells": [c.to_json() for c in cells],
     }
 

@@ -63,7 +63,7 @@ def cmd_grammar(args: argparse.Namespace) -> int:
     from k2conform.outputs import check_writable, gate_and_report
     from k2conform.gate.baseline import load_baseline
     from k2conform.grammar.check import Job
-    from k2conform.model import AdapterRow, Cell, RunResults
+    from k2conform.model import AdapterRow, CaseSummary, Cell, RunResults
     from k2conform.run.cell import CellSettings
     from k2conform.run.results import case_summary
 
@@ -94,7 +94,7 @@ def cmd_grammar(args: argparse.Namespace) -> int:
     cells = tuple(Cell.from_json(c) for d in documents.values() for c in d["cells"])
     judged = {c.case for c in cells}
     summaries = [case_summary(c) for c in cases if c.id in judged]
-    summaries += [s for d in documents.values() for s in d["samples"]]
+    summaries += [CaseSummary.from_json(s) for d in documents.values() for s in d["samples"]]
     results = RunResults(
         __version__,
         args.seed,

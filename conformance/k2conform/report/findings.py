@@ -20,7 +20,7 @@ from typing import Any
 from k2conform import markers as mk
 from k2conform.delivery import modes as dl
 from k2conform.gate.baseline import TODO, BaselineEntry, gate_block
-from k2conform.model import Cell, Delta, RunResults, tool_name
+from k2conform.model import CaseSummary, Cell, Delta, RunResults
 
 TOKEN_ALIGNED = "token-aligned"
 TEXT_LEVEL = "text-level"
@@ -67,12 +67,12 @@ class Behaviour:
     def modes_of(self, case: str) -> tuple[str, ...]:
         return tuple(c.delivery for c in self.cells if c.case == case)
 
-    def example(self, cases: Mapping[str, Mapping[str, Any]]) -> Cell:
+    def example(self, cases: Mapping[str, CaseSummary]) -> Cell:
         """The cell of the shortest model output (then the first mode): the minimal example."""
         return min(
             self.cells,
             key=lambda c: (
-                len(cases[c.case]["model_output"]),
+                len(cases[c.case].model_output),
                 _MODE_ORDER.get(c.delivery, 99),
                 c.case,
             ),
@@ -204,7 +204,7 @@ def script_cannot_show(cell: Cell) -> str | None:
     return None
 
 
-def delivered_deltas(case: Mapping[str, Any], cell: Cell, seed: int) -> tuple[Delta, ...] | None:
+def delivered_deltas(case: CaseSummary, cell: Cell, seed: int) -> tuple[Delta, ...] | None:
     """The deltas the cell's reported variant received, derived again from the model output
     with the stand-in tokenizer; None for a one-shot mode, or when they cannot be derived
     (a run with another tokenizer gives another variant label)."""
@@ -215,15 +215,15 @@ def delivered_deltas(case: Mapping[str, Any], cell: Cell, seed: int) -> tuple[De
     if mode in ("whole", *dl.SERVER_MODES):
         return None
     variants = dl.deliveries(
-        case["model_output"],
+        case.model_output,
         mode,
         load_tokenizer(None),
         seed=dl.case_seed(seed, cell.case),
-        recorded=case.get("deltas"),
+        recorded=case.deltas,
         burst=dl.burst_of(cell.variant) or dl.DEFAULT_BURST,
-        tool=dl.cutoff_tool([tool_name(t) for t in case.get("request", {}).get("tools", ())]),
-        spelled=case.get("spelled_markers", ()),
-        family=case.get("family", mk.FAMILY),
+        tool=dl.cutoff_tool(case.request.tool_names),
+        spelled=case.spelled_markers,
+        family=case.family or mk.FAMILY,
     )
     return next((v.deltas for v in variants if v.label in (cell.variant, mode)), None)
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 import html
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from k2conform.gate.baseline import gate_block
 from k2conform.markers import visible
-from k2conform.model import Cell, Delta, FieldDiff, RunResults
+from k2conform.model import CaseSummary, Cell, Delta, FieldDiff, RunResults
 from k2conform.report.findings import (
     FAMILIES,
     TOKEN_ALIGNED,
@@ -76,7 +76,7 @@ class FindingsView:
     """Renders the behaviours of one results document."""
 
     def __init__(self, results: RunResults):
-        self.cases = {c["id"]: c for c in results.cases}
+        self.cases = {c.id: c for c in results.cases}
         self.seed = results.seed
         self.versions = {a.name: a.version or "not installed" for a in results.adapters}
         self.adapters = ran_adapters(results)
@@ -146,7 +146,7 @@ class FindingsView:
                 for group in self.found.values()
                 for b in group
                 for case in b.cases
-                for tag in self.cases[case]["tags"]
+                for tag in self.cases[case].tags
             }
         )
 
@@ -197,7 +197,7 @@ class FindingsView:
         return "\n".join(parts + ["</section>"])
 
     def _behaviour(self, behaviour: Behaviour, ident: str) -> str:
-        classes = sorted({tag for case in behaviour.cases for tag in self.cases[case]["tags"]})
+        classes = sorted({tag for case in behaviour.cases for tag in self.cases[case].tags})
         summary = (
             f"{_status_badges(behaviour)} <b>{esc(' | '.join(behaviour.signatures))}</b> · "
             f"{esc(', '.join(behaviour.modes))} · <a href='#{ident}-cases'>"
@@ -227,13 +227,13 @@ class FindingsView:
             f"<p><b>Upstream:</b> {_upstream(behaviour)}</p>",
             _label(
                 f"Minimal example: {link} in {esc(example.delivery)}{variant}: "
-                f"{esc(case.get('description') or '')}"
+                f"{esc(case.description)}"
             ),
-            _label("model output (markers visible)") + _pre(visible(case["model_output"])),
+            _label("model output (markers visible)") + _pre(visible(case.model_output)),
             cell_detail(example),
             table(
                 (_expected_title(case), "what the parser returned"),
-                [(_pre(_json(case.get("expected"))), _pre(_json(_message(example))))],
+                [(_pre(_json(case.expected)), _pre(_json(_message(example))))],
             ),
             deltas_block(delivered_deltas(case, example, self.seed), example),
             _label("reproduce (writes a bug report with a standalone script)")
@@ -282,11 +282,11 @@ class FindingsView:
         ]
         return (
             f"<section class='case' id='{case_anchor(case_id)}'><h3>{esc(case_id)}</h3>"
-            f"<p>{esc(case.get('description') or '')} · tags: {esc(', '.join(case['tags']))}"
+            f"<p>{esc(case.description)} · tags: {esc(', '.join(case.tags))}"
             "</p>"
             + table(
                 ("model output (markers visible)", _expected_title(case)),
-                [(_pre(visible(case["model_output"])), _pre(_json(case.get("expected"))))],
+                [(_pre(visible(case.model_output)), _pre(_json(case.expected)))],
             )
             + table(
                 ("adapter", "modes", "what differs, and the command that reproduces it"),
@@ -297,8 +297,8 @@ class FindingsView:
         )
 
 
-def _expected_title(case: Mapping[str, Any]) -> str:
-    if case.get("verdict") == "i":
+def _expected_title(case: CaseSummary) -> str:
+    if case.verdict == "i":
         return "expected (an implementation-defined case: not judged; the stream invariants are)"
     return "expected"
 

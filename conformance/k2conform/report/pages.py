@@ -42,7 +42,7 @@ Rates = dict[tuple[str, str, str], tuple[int, int, int]]
 def class_matrix(results: RunResults) -> tuple[list[str], list[str], Rates]:
     """(taxonomy class, adapter, mode family) → (agreeing, judged, implementation-defined) cells:
     token-aligned and text-level modes apart, since only the first is what an engine sends."""
-    tags = {c["id"]: c["tags"] for c in results.cases}
+    tags = {c.id: c.tags for c in results.cases}
     grouped: dict[tuple[str, str, str], list[Cell]] = defaultdict(list)
     for cell in results.cells:
         for tag in tags.get(cell.case, ()):

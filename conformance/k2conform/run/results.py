@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 from k2conform import __version__
 from k2conform import markers as mk
 from k2conform.case.corpus import CompletionCase
 from k2conform.errors import UsageError
-from k2conform.model import AdapterRow, Cell, ResultOutcome, RunResults
+from k2conform.model import AdapterRow, CaseSummary, Cell, ResultOutcome, RunResults
 
 
 def read_results(path: Path) -> RunResults:
@@ -40,22 +40,20 @@ def shortfall(results: RunResults) -> list[str]:
     return why
 
 
-def case_summary(case: CompletionCase) -> dict[str, Any]:
-    """What the reports show of a case, and what they need to derive its deliveries again
-    (the request: ``stream-after-cutoff``'s prelude calls its first declared tool, as
-    ``stream-interleaved``'s partner does, in the case's family)."""
-    return {
-        "id": case.id,
-        "verdict": case.verdict,
-        "description": case.description,
-        "tags": list(case.tags),
-        "request": case.request.to_json(),
-        "model_output": case.model_output,
-        "deltas": list(case.deltas) if case.deltas else None,
-        "expected": case.expected.to_json() if case.expected else None,
-        **({"spelled_markers": list(case.spelled_markers)} if case.spelled_markers else {}),
-        **({"family": case.family} if case.family != mk.FAMILY else {}),
-    }
+def case_summary(case: CompletionCase) -> CaseSummary:
+    """What a results document keeps of a case (:class:`~k2conform.model.CaseSummary`)."""
+    return CaseSummary(
+        case.id,
+        case.verdict,
+        case.description,
+        tuple(case.tags),
+        case.request,
+        case.model_output,
+        tuple(case.deltas) if case.deltas else None,
+        case.expected.to_json() if case.expected else None,
+        tuple(case.spelled_markers),
+        case.family if case.family != mk.FAMILY else None,
+    )
 
 
 def adapter_row(adapter: Any, availability: tuple[str, str]) -> AdapterRow:
@@ -129,11 +127,11 @@ def merge(shards: Sequence[tuple[str, RunResults]]) -> RunResults:
         modes += [m for m in shard.modes if m not in modes]
     _check_shard_sets(shards)
     adapters: dict[str, AdapterRow] = {}
-    cases: dict[str, Mapping[str, Any]] = {}
+    cases: dict[str, CaseSummary] = {}
     for _, shard in shards:
         for row in shard.adapters:
             adapters.setdefault(row.name, row)
-        cases.update((c["id"], c) for c in shard.cases)
+        cases.update((c.id, c) for c in shard.cases)
     cells = sorted((c for _, shard in shards for c in shard.cells), key=lambda c: c.key)
     return RunResults(
         __version__,

@@ -74,7 +74,7 @@ class Comparison:
 
 def corpus_digest(results: RunResults) -> str:
     """The cases a run judged, as documents: two runs of different corpora never compare."""
-    cases = sorted(results.cases, key=lambda c: c["id"])
+    cases = [c.to_json() for c in sorted(results.cases, key=lambda c: c.id)]
     return hashlib.sha256(json.dumps(cases, sort_keys=True).encode()).hexdigest()[:12]
 
 
