@@ -16,7 +16,7 @@ from k2conform.catalogue.build import build
 from k2conform.catalogue.index import counts, read_catalogue
 from k2conform.cli import main
 from k2conform.gate.baseline import BaselineEntry
-from k2conform.report.findings import behaviours
+from k2conform.gate.behaviours import behaviours
 from k2conform.run.cell import CellSettings, run_cell
 from k2conform.run.results import adapter_row, build_results
 

@@ -54,7 +54,7 @@ class Target:
     adapter: str
     outcome: str
     fields: tuple[str, ...]
-    family: str  #: of delivery modes (:func:`k2conform.report.findings.family`)
+    family: str  #: of delivery modes (:func:`k2conform.gate.behaviours.family`)
     example: str
 
     @property

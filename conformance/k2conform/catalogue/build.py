@@ -1,7 +1,7 @@
 """``k2conform catalogue build``: each distinct behaviour of each adapter in one or more results
 documents, minimised and written as a corpus case with its bug report.
 
-For a behaviour (:func:`k2conform.report.findings.behaviours`, the report's grouping) its
+For a behaviour (:func:`k2conform.gate.behaviours.behaviours`, the report's grouping) its
 example cell (:meth:`Behaviour.example`) is run again through :func:`run_cell`; the
 minimiser (:class:`k2conform.minimize.delta_debug.Minimizer`) then shrinks the request, the
 text and (for a replayed delivery) the chunk boundaries while that adapter, in that delivery
@@ -38,7 +38,8 @@ from k2conform.fuzzing.signature import slug
 from k2conform.minimize.cells import CellEngine, Probe, target_signature
 from k2conform.minimize.delta_debug import Candidate, Minimizer
 from k2conform.model import CaseSummary, Cell, dumps_canonical
-from k2conform.report.findings import Behaviour, delivered_deltas, repro_command
+from k2conform.gate.behaviours import Behaviour
+from k2conform.report.findings import delivered_deltas, repro_command
 from k2conform.run.cell import CellSettings, run_cell
 from k2conform.run.matrix import adapter_sessions
 
@@ -395,7 +396,7 @@ def build(
     """Build the catalogue of ``adapters`` (default: every adapter with cells) from the results
     ``documents``; each built adapter's folder under ``out`` is replaced, the index rewritten."""
     from k2conform.model import RunResults
-    from k2conform.report.findings import baseline_entries, behaviours
+    from k2conform.gate.behaviours import baseline_entries, behaviours
 
     specs = {spec_name(a): a for a in adapters}
     plan: list[tuple[str, Behaviour, Mapping[str, CaseSummary], int, str]] = []

@@ -4,7 +4,7 @@ A *release* is one adapter row of a results document.  A row named ``LINE-VERSIO
 ``setup-parsers`` names a release's environment: ``--adapter vllm-0.25.0=cmd:...``) is release
 VERSION of LINE; any other row is its reported version of the line named after it.
 
-A *behaviour* is what the findings report groups (``report.findings.behaviours``, without a
+A *behaviour* is what the findings report groups (``gate.behaviours.behaviours``, without a
 baseline): the cases with the same outcome and differing fields in the same delivery modes.
 Across releases, the cases that show one behaviour in exactly the same releases (and are
 judged in the same others) make one trace.  A release that did not judge every cell of a trace (the
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from k2conform.errors import UsageError
 from k2conform.model import CellOutcome, RunResults
-from k2conform.report.findings import FAMILIES, behaviours, signature
+from k2conform.gate.behaviours import FAMILIES, behaviours, signature
 
 #: ``vllm-0.25.0``, ``sglang-0.5.16``, ``vllm-0.10.1.1``: an environment's release name.
 RELEASE_NAME = re.compile(r"^(?P<line>.+?)-(?P<version>\d+(?:\.[0-9A-Za-z]+)*)$")

@@ -13,7 +13,7 @@ then looked up (:meth:`Known.lookup`):
 * **catalogue**: a catalogued behaviour (``corpus/findings/catalogue``) of the same adapter,
   outcome and fields in the same family of delivery modes.
 
-The family of modes (:func:`k2conform.report.findings.family`: token-aligned, the one-shot
+The family of modes (:func:`k2conform.gate.behaviours.family`: token-aligned, the one-shot
 parse among them, or text-level) stands for the mode as the report and the catalogue group
 behaviours: the catalogue keeps one example per behaviour and replays text-level chunks as
 recorded ones.  A case that spells markers from ordinary token pieces (``spelled_markers``) is
@@ -34,7 +34,7 @@ from k2conform.case.corpus import CATALOGUE, CompletionCase, default_corpus_dir,
 from k2conform.fuzzing.differential import axis, axis_mode, judge_finding, matrix_mode
 from k2conform.gate.baseline import BaselineEntry, load_baseline
 from k2conform.model import Cell
-from k2conform.report.findings import family
+from k2conform.gate.behaviours import family
 from k2conform.resources import checkout_root
 
 

@@ -17,18 +17,16 @@ from typing import Any
 from k2conform.gate.baseline import gate_block
 from k2conform.markers import visible
 from k2conform.model import CaseSummary, Cell, Delta, FieldDiff, RunResults
-from k2conform.report.findings import (
+from k2conform.gate.behaviours import (
     FAMILIES,
     TOKEN_ALIGNED,
     Behaviour,
     baseline_entries,
     behaviours,
     counts,
-    delivered_deltas,
     ran_adapters,
-    repro_command,
-    script_cannot_show,
 )
+from k2conform.report.findings import delivered_deltas, repro_command, script_cannot_show
 
 esc = html.escape
 #: Deltas shown per example; a stream-char example of a long output has thousands.

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from k2conform.gate.baseline import gate_block
 from k2conform.model import Cell, RunResults
 from k2conform.report import coverage_section, style
-from k2conform.report.findings import (
+from k2conform.gate.behaviours import (
     FAMILIES,
     Behaviour,
     baseline_entries,
