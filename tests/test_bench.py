@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from k2conform.bench import measure as bench
+from k2conform.bench import render, scaling, workloads
 from k2conform.bench.fuzz_speed import (
     fuzz_lines,
     fuzz_row,
@@ -29,27 +29,27 @@ SIZES = [1, 4, 10, 40, 100, 400]
 
 
 def test_exponent_of_a_quadratic_series_is_two_and_of_a_linear_one_is_one():
-    assert bench.fit_exponent(SIZES, [3e-6 * s * s + 1e-9 for s in SIZES]) == pytest.approx(
+    assert scaling.fit_exponent(SIZES, [3e-6 * s * s + 1e-9 for s in SIZES]) == pytest.approx(
         2.0, abs=0.01
     )
-    assert bench.fit_exponent(SIZES, [5e-4 * s for s in SIZES]) == pytest.approx(1.0, abs=1e-9)
-    assert bench.fit_exponent(SIZES, [0.25] * len(SIZES)) == pytest.approx(0.0, abs=1e-9)
-    assert bench.fit_exponent([10], [1.0]) is None
+    assert scaling.fit_exponent(SIZES, [5e-4 * s for s in SIZES]) == pytest.approx(1.0, abs=1e-9)
+    assert scaling.fit_exponent(SIZES, [0.25] * len(SIZES)) == pytest.approx(0.0, abs=1e-9)
+    assert scaling.fit_exponent([10], [1.0]) is None
 
 
 def test_the_exponent_is_fitted_from_10_kb_up():
     # cheap and flat below 10 KB (fixed costs), quadratic above: the fit sees the quadratic part
     costs = [0.01, 0.01, 1e-4 * 10**2, 1e-4 * 40**2, 1e-4 * 100**2, 1e-4 * 400**2]
-    exponent, fitted = bench.series_exponent(SIZES, costs)
+    exponent, fitted = scaling.series_exponent(SIZES, costs)
     assert fitted == [10, 40, 100, 400] and exponent == pytest.approx(2.0)
-    exponent, fitted = bench.series_exponent([1, 4, 10], [1, 4, 10])
+    exponent, fitted = scaling.series_exponent([1, 4, 10], [1, 4, 10])
     assert fitted == [1, 4, 10] and exponent == pytest.approx(1.0)
 
 
 def _series(adapter, delivery, per_delta_us, workload="args"):
     deltas = [s * 250 for s in SIZES]
     seconds = [c * d / 1e6 for c, d in zip(per_delta_us, deltas)]
-    exponent, fitted = bench.series_exponent(SIZES, seconds)
+    exponent, fitted = scaling.series_exponent(SIZES, seconds)
     return {
         "adapter": adapter,
         "version": "1.0",
@@ -67,9 +67,9 @@ def _series(adapter, delivery, per_delta_us, workload="args"):
 
 def test_superlinear_flag_only_above_the_threshold_with_evidence():
     assert (
-        bench.is_superlinear(1.31)
-        and not bench.is_superlinear(1.3)
-        and not bench.is_superlinear(None)
+        scaling.is_superlinear(1.31)
+        and not scaling.is_superlinear(1.3)
+        and not scaling.is_superlinear(None)
     )
     doc = {
         "series": [
@@ -83,7 +83,7 @@ def test_superlinear_flag_only_above_the_threshold_with_evidence():
             _series("quadratic", "stream-token", [s * 0.5 for s in SIZES], workload="content"),
         ]
     }
-    rows = bench.streaming_cost(doc)
+    rows = scaling.streaming_cost(doc)
     assert [(r["adapter"], r["delivery"]) for r in rows] == [
         ("linear", "stream-4char"),
         ("quadratic", "stream-4char"),
@@ -128,7 +128,7 @@ def test_bench_quick_on_the_reference_writes_json_and_a_png(tmp_path, capsys):
     assert doc["quick"] and doc["errors"] == {}
     assert {a["name"]: a["status"] for a in doc["adapters"]} == {"reference": "ok"}
     kinds = {(r["workload"], r["delivery"]) for r in doc["series"]}
-    assert {(w, d) for w in ("args", "content", "parallel") for d in bench.DELIVERIES} <= kinds
+    assert {(w, d) for w in ("args", "content", "parallel") for d in workloads.DELIVERIES} <= kinds
     for row in doc["series"]:
         assert (
             len(row["sizes_kb"])
@@ -139,9 +139,9 @@ def test_bench_quick_on_the_reference_writes_json_and_a_png(tmp_path, capsys):
         assert all(t > 0 for t in row["median_s"])
     args = [r for r in doc["series"] if r["workload"] == "args"]
     assert all(
-        r["sizes_kb"] == list(bench.QUICK_SIZES_KB) and r["exponent"] is not None for r in args
+        r["sizes_kb"] == list(workloads.QUICK_SIZES_KB) and r["exponent"] is not None for r in args
     )
-    assert {r["delivery"] for r in doc["streaming_cost"]} == set(bench.STREAMING)
+    assert {r["delivery"] for r in doc["streaming_cost"]} == set(workloads.STREAMING)
     assert doc["memory"] and all(m["peak_kib"] > 0 for m in doc["memory"])
     assert doc["harness"][0]["cells"] > 0 and 0 <= doc["harness"][0]["outside_share"] <= 1
     assert png.read_bytes().startswith(PNG_SIGNATURE)
@@ -157,7 +157,7 @@ def test_the_plain_png_writer_needs_no_matplotlib(tmp_path, monkeypatch):
             _series("sglang", "whole", [s * 0.5 for s in SIZES]),
         ],
     }
-    assert bench.plot(doc, tmp_path / "p.png") == "raster"
+    assert render.plot(doc, tmp_path / "p.png") == "raster"
     data = (tmp_path / "p.png").read_bytes()
     assert data.startswith(PNG_SIGNATURE) and b"IEND" in data[-12:]
 
@@ -261,7 +261,7 @@ def test_worker_speeds_runs_the_target_with_each_worker_count():
 def _operations(text: str) -> int:
     """Function calls (Python and C) made while streaming ``text`` in 4-character deltas."""
     deltas = [d.text for d in cut(text, range(4, len(text), 4))]
-    parser = ReferenceParser(bench.workload("args", 1)[1])
+    parser = ReferenceParser(workloads.workload("args", 1)[1])
     count = 0
 
     def profile(frame, event, arg):
@@ -283,9 +283,9 @@ def test_reference_streaming_work_is_linear_in_operations():
     """A constant number of operations per delta: the exponent of the operation count
     against the size stays at 1 (a parser that rescans would show 2)."""
     sizes = [4, 16, 64]
-    texts = [bench.workload("args", size)[0] for size in sizes]
+    texts = [workloads.workload("args", size)[0] for size in sizes]
     operations = [_operations(text) for text in texts]
-    exponent = bench.fit_exponent([len(t) for t in texts], operations)
+    exponent = scaling.fit_exponent([len(t) for t in texts], operations)
     assert exponent == pytest.approx(1.0, abs=0.05), operations
     per_delta = [ops / (len(t) / 4) for ops, t in zip(operations, texts)]
     assert max(per_delta) < 40, per_delta

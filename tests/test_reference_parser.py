@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from k2conform import markers as mk
-from k2conform.bench.measure import fit_exponent
+from k2conform.bench.scaling import fit_exponent
 from k2conform.case.corpus import load_corpus
 from k2conform.model import Request
 from k2conform.run.cell import case_unfit

@@ -432,7 +432,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = RunConfig(root, tuple(names), args.jobs, CellSettings.from_args(args), run_dir)
     results = run_matrix(cases, adapters, modes, per_adapter, config, args.seed, args.shard)
     if streaming is not None:
-        from k2conform.bench.measure import streaming_cost
+        from k2conform.bench.scaling import streaming_cost
 
         results = results.with_extra(streaming_cost=streaming_cost(streaming))
     status = gate_and_report(results, baseline, args)

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from k2conform.bench import measure
-from k2conform.bench.measure import plot, run_bench, table
+from k2conform.bench.measure import run_bench
+from k2conform.bench.render import plot, table
 
 
 def add_parser(subparsers: Any) -> None:

@@ -1,10 +1,8 @@
 """``k2conform bench``: how every parser's cost grows with its output.
 
-For each adapter, one call whose JSON arguments are N KB (``args``), long content before
-one small call (``content``) and 64 parallel small calls (``parallel``), delivered
-``whole``, ``stream-token`` (one token per delta, the stand-in tokenizer) and
-``stream-4char`` (4 characters per delta, text-level).  What is timed is the adapter's
-own call (``parse_whole`` / ``parse_stream``): the parser and the server steps its
+For each adapter, each workload (:mod:`k2conform.bench.workloads`) in each delivery, at
+growing sizes; each series' exponent is :mod:`k2conform.bench.scaling`'s.  What is timed is the
+adapter's own call (``parse_whole`` / ``parse_stream``): the parser and the server steps its
 adapter re-states; building the deltas and reassembling the stream are not counted.
 
 Measurement rules, so that ratios hold on a shared, noisy machine:
@@ -17,19 +15,12 @@ Measurement rules, so that ratios hold on a shared, noisy machine:
   next run's time is predicted from the previous sizes (never assuming better than
   linear), and a size that would not fit is skipped and the series recorded as
   ``capped`` (a quadratic streaming parser reaches fewer sizes, and says so).
-
-The scaling exponent is the least-squares slope of log(total time) against log(size)
-over the measured sizes of at least 10 KB (all sizes if fewer than two): 1 is linear
-(constant cost per delta), 2 quadratic.  A streaming exponent above
-:data:`SUPERLINEAR_EXPONENT` is a ``superlinear`` finding in the conformance report
-(``k2conform run --bench bench.json``).
 """
 
 from __future__ import annotations
 
 import gc
 import json
-import math
 import os
 import platform
 import statistics
@@ -40,154 +31,25 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from k2conform import __version__
+from k2conform.bench.fuzz_speed import fuzz_speeds, worker_speeds
+from k2conform.bench.scaling import (
+    FIT_FROM_KB,
+    SUPERLINEAR_EXPONENT,
+    fit_exponent,
+    series_exponent,
+    streaming_cost,
+)
+from k2conform.bench.workloads import (
+    CONTENT_MAX_KB,
+    DELTA_CHARS,
+    PARALLEL_CALLS,
+    QUICK_SIZES_KB,
+    SIZES_KB,
+    make_deliveries,
+    workload,
+)
 from k2conform.delivery import modes as dl
-from k2conform import markers as mk
 from k2conform.model import Delta, Request
-from k2conform.bench.fuzz_speed import fuzz_lines, fuzz_speeds, worker_lines, worker_speeds
-
-#: A streaming exponent above this is reported as ``superlinear``.
-SUPERLINEAR_EXPONENT = 1.3
-#: The exponent is fitted from this size up (the issue's 10 KB to 400 KB range).
-FIT_FROM_KB = 10
-SIZES_KB = (1, 4, 10, 40, 100, 400)
-QUICK_SIZES_KB = (1, 4, 16)
-CONTENT_MAX_KB = 100
-PARALLEL_CALLS = 64
-DELIVERIES = ("whole", "stream-token", "stream-4char")
-STREAMING = ("stream-token", "stream-4char")
-DELTA_CHARS = 4
-TOOL = {
-    "type": "function",
-    "function": {
-        "name": "write_file",
-        "description": "Write a file",
-        "parameters": {"type": "object", "properties": {}},
-    },
-}
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}, "day": {"type": "integer"}},
-        },
-    },
-}
-
-
-# -- workloads ---------------------------------------------------------------------------
-
-
-def json_arguments(chars: int) -> str:
-    """Deterministic JSON arguments of about ``chars`` characters: strings with escapes,
-    numbers, nested objects and arrays, as a large tool call carries them."""
-    items, size, i = [], 2, 0
-    while size < chars:
-        if i % 4 == 0:
-            item = f'"line_{i}": "print(\\"row {i}\\")\\n\\tvalue = {i} * 2  # café"'
-        elif i % 4 == 1:
-            item = f'"n_{i}": {i * 37 % 1000}.5'
-        elif i % 4 == 2:
-            item = f'"list_{i}": [1, 2, 3, "x<y", true, null]'
-        else:
-            item = f'"obj_{i}": {{"path": "/src/module_{i}.py", "mode": "w"}}'
-        items.append(item)
-        size += len(item) + 2
-        i += 1
-    return "{" + ", ".join(items) + "}"
-
-
-def call_output(arguments: str, name: str = "write_file", index: int = 0) -> str:
-    return f"{mk.CALL_BEGIN}functions.{name}:{index}{mk.ARGUMENT_BEGIN}{arguments}{mk.CALL_END}"
-
-
-def workload(kind: str, size_kb: int) -> tuple[str, Request]:
-    """The model output and request of one benchmark point."""
-    if kind == "args":
-        text = mk.SECTION_BEGIN + call_output(json_arguments(size_kb * 1000)) + mk.SECTION_END
-        return text, Request(tools=(TOOL,))
-    if kind == "content":
-        sentence = (
-            "The quick brown fox jumps over the lazy dog; prices rose 3.5% (see <b>table</b>).\n"
-        )
-        prose = (sentence * (size_kb * 1000 // len(sentence) + 1))[: size_kb * 1000]
-        call = call_output('{"path": "notes.txt", "content": "done"}')
-        return prose + mk.SECTION_BEGIN + call + mk.SECTION_END, Request(tools=(TOOL,))
-    if kind == "parallel":
-        calls = "".join(
-            call_output(json.dumps({"city": f"City {i}", "day": i}), "get_weather", i)
-            for i in range(PARALLEL_CALLS)
-        )
-        return "Checking.\n" + mk.SECTION_BEGIN + calls + mk.SECTION_END, Request(
-            tools=(WEATHER, TOOL)
-        )
-    raise ValueError(f"unknown workload {kind!r}")
-
-
-def make_deliveries(text: str, tokenizer: Any) -> dict[str, dl.Delivery]:
-    """The three deliveries of one output; tokenising is done once, outside the timing."""
-    whole = dl.deliveries(text, "whole", tokenizer)[0]
-    token = dl.deliveries(text, "stream-token", tokenizer)[0]
-    chars = dl.Delivery("stream-4char", dl.cut(text, range(DELTA_CHARS, len(text), DELTA_CHARS)))
-    return {"whole": whole, "stream-token": token, "stream-4char": chars}
-
-
-# -- fitting and findings ------------------------------------------------------------------
-
-
-def fit_exponent(sizes: Sequence[float], costs: Sequence[float]) -> float | None:
-    """Least-squares slope of log(cost) against log(size); None with fewer than two sizes."""
-    points = [(math.log(s), math.log(c)) for s, c in zip(sizes, costs) if s > 0 and c > 0]
-    if len({x for x, _ in points}) < 2:
-        return None
-    mean_x = sum(x for x, _ in points) / len(points)
-    mean_y = sum(y for _, y in points) / len(points)
-    sxx = sum((x - mean_x) ** 2 for x, _ in points)
-    sxy = sum((x - mean_x) * (y - mean_y) for x, y in points)
-    return sxy / sxx
-
-
-def series_exponent(
-    sizes_kb: Sequence[float], costs: Sequence[float]
-) -> tuple[float | None, list[float]]:
-    """The exponent over the sizes of at least FIT_FROM_KB (all sizes when fewer than two)."""
-    fitted = [(s, c) for s, c in zip(sizes_kb, costs) if s >= FIT_FROM_KB]
-    if len(fitted) < 2:
-        fitted = list(zip(sizes_kb, costs))
-    return fit_exponent([s for s, _ in fitted], [c for _, c in fitted]), [s for s, _ in fitted]
-
-
-def is_superlinear(exponent: float | None, threshold: float = SUPERLINEAR_EXPONENT) -> bool:
-    return exponent is not None and exponent > threshold
-
-
-def streaming_cost(bench: dict[str, Any]) -> list[dict[str, Any]]:
-    """Each adapter's streaming scaling on the ``args`` workload, with a ``superlinear``
-    finding (and its evidence) where the exponent exceeds the threshold."""
-    rows = []
-    for series in bench.get("series", ()):
-        if series["workload"] != "args" or series["delivery"] not in STREAMING:
-            continue
-        exponent = series.get("exponent")
-        rows.append(
-            {
-                "adapter": series["adapter"],
-                "version": series.get("version"),
-                "delivery": series["delivery"],
-                "exponent": exponent,
-                "fitted_sizes_kb": series.get("fitted_sizes_kb", []),
-                "finding": "superlinear" if is_superlinear(exponent) else None,
-                "threshold": SUPERLINEAR_EXPONENT,
-                "evidence": {
-                    "sizes_kb": series["sizes_kb"],
-                    "per_delta_us": series["per_delta_us"],
-                    "throughput_kchars_s": series["throughput_kchars_s"],
-                    "capped": series.get("capped"),
-                },
-            }
-        )
-    return rows
 
 
 # -- measuring -------------------------------------------------------------------------------
@@ -512,218 +374,6 @@ def run_results_cost(path: Path) -> dict[str, Any]:
         "cells": len(results["cells"]),
         "cell_seconds": {k: round(v, 2) for k, v in by_adapter.items()},
     }
-
-
-# -- output ------------------------------------------------------------------------------------
-
-
-def table(doc: dict[str, Any]) -> str:
-    lines = []
-    sizes = sorted({s for row in doc["series"] for s in row["sizes_kb"]})
-    header = (
-        f"{'adapter':<10} {'workload':<8} {'delivery':<13} "
-        + " ".join(f"{str(s) + ' KB':>15}" for s in sizes)
-        + "  exponent"
-    )
-    lines += [
-        "throughput K chars/s | per-delta µs (whole: ms per parse), median of runs side by side",
-        header,
-        "-" * len(header),
-    ]
-    for row in doc["series"]:
-        cells = []
-        for s in sizes:
-            if s in row["sizes_kb"]:
-                k = row["sizes_kb"].index(s)
-                cost = (
-                    f"{row['median_s'][k] * 1000:.2f}ms"
-                    if row["delivery"] == "whole"
-                    else f"{row['per_delta_us'][k]:.1f}µs"
-                )
-                cells.append(f"{row['throughput_kchars_s'][k]:>6.0f}|{cost:<8}")
-            else:
-                cells.append(f"{'-':>15}")
-        exponent = "-" if row["exponent"] is None else f"{row['exponent']:.2f}"
-        capped = (
-            f"  capped after {row['capped']['after_kb']} KB ({row['capped']['reason']})"
-            if row["capped"]
-            else ""
-        )
-        lines.append(
-            f"{row['adapter']:<10} {row['workload']:<8} {row['delivery']:<13} "
-            + " ".join(cells)
-            + f"  {exponent:>6}{capped}"
-        )
-    lines.append("")
-    for row in doc["streaming_cost"]:
-        if row["finding"]:
-            lines.append(
-                f"SUPERLINEAR {row['adapter']} {row['delivery']}: exponent {row['exponent']:.2f} > "
-                f"{row['threshold']}"
-                f" (per-delta µs {row['evidence']['per_delta_us']} at "
-                f"{row['evidence']['sizes_kb']} KB)"
-            )
-    ratios = [p for p in doc["comparisons"] if p["adapter"] == "reference"]
-    if ratios:
-        lines.append("reference speed-up over each peer (median of per-repetition ratios):")
-        for p in ratios:
-            lines.append(
-                f"  vs {p['peer']:<8} {p['workload']:<8} {p['size_kb']:>4} KB {p['delivery']:<13} "
-                f"{p['speedup']:8.1f}x"
-            )
-    if doc.get("memory"):
-        lines.append(
-            "peak memory (tracemalloc, one run): "
-            + "; ".join(
-                f"{m['adapter']} {m['delivery']} {m['size_kb']} KB {m['peak_kib']} KiB"
-                for m in doc["memory"]
-            )
-        )
-    for row in doc.get("harness") or ():
-        lines.append(
-            f"harness {row['adapter']}: {row['cells']} cells in {row['seconds']} s, parsers "
-            f"{row['parser_seconds']} s,"
-            f" {100 * (row['outside_share'] or 0):.0f}% outside the parser ({row['ms_per_cell']} "
-            "ms/cell)"
-        )
-    if doc.get("run_results"):
-        r = doc["run_results"]
-        lines.append(
-            f"k2conform run ({r['file']}): wall {r['wall_seconds']} s, {r['cells']} cells, cell "
-            f"seconds {r['cell_seconds']}"
-        )
-    if doc.get("fuzz") is not None:
-        lines += fuzz_lines(doc["fuzz"])
-    if doc.get("fuzz_workers") is not None:
-        lines += worker_lines(doc["fuzz_workers"])
-    for name, error in doc.get("errors", {}).items():
-        lines.append(f"ERROR {name}: {error}")
-    lines.append(f"bench wall time {doc['wall_seconds']:.1f} s")
-    return "\n".join(lines) + "\n"
-
-
-_COLOURS = {"reference": "#1b5e20", "vllm": "#0d47a1", "sglang": "#b71c1c"}
-_STYLES = {"whole": ":", "stream-token": "--", "stream-4char": "-"}
-
-
-def plot(doc: dict[str, Any], path: Path) -> str:
-    """A log-log PNG of cost against size per adapter: per-delta cost of the streams and
-    time per parse of the one-shot path.  Uses matplotlib when installed (the ``bench``
-    extra), else a plain raster plot (axes, decade grid, one line per series)."""
-    rows = [r for r in doc["series"] if r["workload"] == "args" and len(r["sizes_kb"]) >= 1]
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        _raster_plot(rows, path)
-        return "raster"
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 5))
-    for row in rows:
-        colour = _COLOURS.get(row["adapter"])
-        label = f"{row['adapter']} {row['delivery']} (exp {row['exponent']})"
-        if row["delivery"] == "whole":
-            right.plot(
-                row["sizes_kb"],
-                [s * 1000 for s in row["median_s"]],
-                "o:",
-                color=colour,
-                label=label,
-            )
-        else:
-            left.plot(
-                row["sizes_kb"],
-                row["per_delta_us"],
-                "o" + _STYLES[row["delivery"]],
-                color=colour,
-                label=label,
-            )
-    for axis, title, unit in (
-        (left, "streaming: cost per delta", "µs per delta"),
-        (right, "one-shot: time per parse", "ms per parse"),
-    ):
-        axis.set_xscale("log")
-        axis.set_yscale("log")
-        axis.set_xlabel("JSON arguments in one call (KB)")
-        axis.set_ylabel(unit)
-        axis.set_title(title)
-        axis.grid(True, which="both", alpha=0.3)
-        axis.legend(fontsize=7)
-    fig.suptitle(f"k2conform bench ({doc['k2conform']}): cost against size, log-log")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return "matplotlib"
-
-
-def _raster_plot(
-    rows: list[dict[str, Any]], path: Path, width: int = 640, height: int = 400
-) -> None:
-    import struct
-    import zlib
-
-    pixels = [[(255, 255, 255)] * width for _ in range(height)]
-    points = [(s, c) for r in rows for s, c in zip(r["sizes_kb"], _costs(r)) if s > 0 and c > 0]
-    if points:
-        lx = [math.log10(s) for s, _ in points]
-        ly = [math.log10(c) for _, c in points]
-        x0, x1 = math.floor(min(lx)), math.ceil(max(lx)) or 1
-        y0, y1 = math.floor(min(ly)), math.ceil(max(ly))
-        x1, y1 = max(x1, x0 + 1), max(y1, y0 + 1)
-        margin = 40
-
-        def to_px(s: float, c: float) -> tuple[int, int]:
-            x = margin + (math.log10(s) - x0) / (x1 - x0) * (width - 2 * margin)
-            y = height - margin - (math.log10(c) - y0) / (y1 - y0) * (height - 2 * margin)
-            return int(x), int(y)
-
-        def line(a: tuple[int, int], b: tuple[int, int], colour: tuple[int, int, int]) -> None:
-            steps = max(abs(b[0] - a[0]), abs(b[1] - a[1]), 1)
-            for k in range(steps + 1):
-                x = a[0] + (b[0] - a[0]) * k // steps
-                y = a[1] + (b[1] - a[1]) * k // steps
-                if 0 <= x < width and 0 <= y < height:
-                    pixels[y][x] = colour
-
-        grey = (210, 210, 210)
-        for d in range(x0, x1 + 1):
-            line(to_px(10**d, 10**y0), to_px(10**d, 10**y1), grey)
-        for d in range(y0, y1 + 1):
-            line(to_px(10**x0, 10**d), to_px(10**x1, 10**d), grey)
-        for r in rows:
-            hexc = _COLOURS.get(r["adapter"], "#444444")
-            colour = tuple(int(hexc[i : i + 2], 16) for i in (1, 3, 5))
-            pts = [to_px(s, c) for s, c in zip(r["sizes_kb"], _costs(r)) if s > 0 and c > 0]
-            for a, b in zip(pts, pts[1:]):
-                line(a, b, colour)
-            for x, y in pts:
-                for dx in (-1, 0, 1):
-                    for dy in (-1, 0, 1):
-                        if 0 <= x + dx < width and 0 <= y + dy < height:
-                            pixels[y + dy][x + dx] = colour
-    raw = b"".join(b"\x00" + bytes(v for px in row for v in px) for row in pixels)
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return (
-            struct.pack(">I", len(data))
-            + kind
-            + data
-            + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
-        )
-
-    path.write_bytes(
-        b"\x89PNG\r\n\x1a\n"
-        + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
-        + chunk(b"IDAT", zlib.compress(raw, 9))
-        + chunk(b"IEND", b"")
-    )
-
-
-def _costs(row: dict[str, Any]) -> list[float]:
-    return (
-        [s * 1000 for s in row["median_s"]] if row["delivery"] == "whole" else row["per_delta_us"]
-    )
 
 
 # -- the command -------------------------------------------------------------------------------
