@@ -1,5 +1,5 @@
 """Base against head for one adapter: what a candidate (a pull request, a branch, a release)
-fixed, broke or changed, cell by cell, grouped into behaviours, and whether the two runs can
+fixed, broke or changed, cell by cell, grouped by how they changed, and whether the two runs can
 be compared at all.
 
 A cell is *fixed* when the base's is a finding and the head's is not, *regressed* the other way
@@ -37,8 +37,9 @@ class Side:
 
 
 @dataclass(frozen=True)
-class Behaviour:
-    """Cells of one class with one signature (``differs content`` → ``agree``)."""
+class Change:
+    """What changed between the sides for some cells: their class and signature on each side
+    (``differs content`` → ``agree``); a behaviour of the report is ``gate.behaviours``'."""
 
     kind: str
     base: str
@@ -61,7 +62,7 @@ class Comparison:
     head: Side
     not_comparable: tuple[str, ...]
     counts: dict[str, int]
-    behaviours: tuple[Behaviour, ...]
+    changes: tuple[Change, ...]
     changed_files: tuple[str, ...]
 
     @property
@@ -153,9 +154,9 @@ def compare(base: Side, head: Side) -> Comparison:
         counts[kind] += 1
         if kind != "unchanged":
             groups[(kind, _signature(by_key[key]), _signature(head_by_key[key]))].append(key)
-    behaviours = sorted(
+    changes = sorted(
         (
-            Behaviour(kind, before, after, tuple(cells))
+            Change(kind, before, after, tuple(cells))
             for (kind, before, after), cells in groups.items()
         ),
         key=lambda g: (CLASSES.index(g.kind), -len(g.cells), g.base, g.head),
@@ -171,7 +172,7 @@ def compare(base: Side, head: Side) -> Comparison:
         head,
         tuple(not_comparable),
         counts,
-        tuple(behaviours),
+        tuple(changes),
         tuple(changed_files),
     )
 
@@ -197,7 +198,7 @@ def to_json(comparison: Comparison) -> dict[str, Any]:
                 "cases": b.cases,
                 "modes": b.modes,
             }
-            for b in comparison.behaviours
+            for b in comparison.changes
         ],
     }
 
@@ -232,7 +233,7 @@ def markdown(comparison: Comparison) -> str:
     elif c.base.files and c.head.files:
         lines.append("\nNo Kimi-relevant file differs.")
     for kind in CLASSES[:3]:
-        group = [b for b in c.behaviours if b.kind == kind]
+        group = [b for b in c.changes if b.kind == kind]
         if not group:
             continue
         lines += ["", f"### {kind.capitalize()}: {len(group)} behaviour(s), {c.counts[kind]} cells"]
@@ -292,7 +293,7 @@ def html_page(comparison: Comparison) -> str:
             + "</ul>"
         )
     for kind in CLASSES[:3]:
-        group = [b for b in c.behaviours if b.kind == kind]
+        group = [b for b in c.changes if b.kind == kind]
         if not group:
             continue
         out.append(f"<h2 class='{kind}'>{kind.capitalize()}: {len(group)} behaviour(s)</h2>")
