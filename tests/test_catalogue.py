@@ -290,7 +290,7 @@ def test_a_report_without_a_script_is_no_script_not_unreproduced(
     to reproduce."""
     import shutil
 
-    import k2conform.cli
+    import k2conform.report_finding.cli
     from k2conform.catalogue.build import write_report
 
     root = Path(__file__).resolve().parent.parent
@@ -298,12 +298,13 @@ def test_a_report_without_a_script_is_no_script_not_unreproduced(
     path = tmp_path / source.name
     shutil.copy(source, path)
 
-    def report_finding(argv):
+    def report_finding(args):
+        assert args.command == "report-finding" and args.case == path.stem
         path.with_suffix(".md").write_text("report")
         if writes_script:
             path.with_suffix(".py").write_text("script")
             return 1
         return 2
 
-    monkeypatch.setattr(k2conform.cli, "main", report_finding)
+    monkeypatch.setattr(k2conform.report_finding.cli, "cmd_report_finding", report_finding)
     assert write_report("vllm", path, seed=1, timeout=5.0, run_script=True) == state

@@ -19,6 +19,7 @@ TOOLS = (
     "cli",
     "coverage",
     "engine",
+    "exits",
     "fuzzing",
     "grammar",
     "history",
@@ -88,6 +89,18 @@ def test_each_stage_imports_only_the_stages_below_it_and_no_tool():
 
 def test_no_module_imports_another_modules_private_names():
     assert _private_imports() == []
+
+
+def test_no_module_imports_the_command_line():
+    """The command line translates flags and prints; a tool that runs a command in process
+    (``catalogue build`` runs ``report-finding``) builds it from that command's own parser and
+    ``k2conform.exits.run_command``, never through ``k2conform.cli``."""
+    assert [
+        f"{path.relative_to(PACKAGE)}:{line}"
+        for own, path in _modules()
+        for module, _, line in _imports(path)
+        if module == "k2conform.cli" and own != "__main__"
+    ] == []
 
 
 def test_the_rules_catch_what_they_exist_for(tmp_path, monkeypatch):

@@ -5,15 +5,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import os
 import sys
-import traceback
 from pathlib import Path
 from typing import Any, Sequence
 
 from k2conform.delivery import modes as dl
 from k2conform.case.corpus import (
-    CorpusError,
     add_case_options,
     default_corpus_dir,
     iter_problems,
@@ -21,14 +18,14 @@ from k2conform.case.corpus import (
 )
 from k2conform.model import Result
 from k2conform.adapter.registry import (
-    UnknownAdapter,
     adapter_names,
     create_adapter,
     default_adapter_names,
     load,
 )
 from k2conform.run.results import read_results
-from k2conform.errors import HarnessError, UsageError
+from k2conform.errors import UsageError
+from k2conform.exits import INTERRUPTED, run_command
 from k2conform.outputs import add_gate_options, check_writable, gate_and_report, write_reports
 
 DESCRIPTION = """\
@@ -88,34 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "command", None):
         parser.print_help()
         return 2
-    try:
-        status = args.handler(args)
-        sys.stdout.flush()  # a closed pipe shows here, not at exit
-        return status
-    except (UsageError, UnknownAdapter, CorpusError) as error:
-        print(f"k2conform {args.command}: {error}", file=sys.stderr)
-        return 2
-    except HarnessError as error:
-        print(
-            f"k2conform {args.command}: harness error (a bug in k2conform, not a parser "
-            f"finding):\n{error}",
-            file=sys.stderr,
-        )
-        return 2
-    except BrokenPipeError:
-        # The reader left (``| head``): no traceback, and none at exit's flush either.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 1
-    except KeyboardInterrupt:  # before a command's own handling (a run's) takes over
-        print(f"k2conform {args.command}: interrupted", file=sys.stderr)
-        return INTERRUPTED
-    except Exception:  # a bug in k2conform: never a finding's exit 1
-        print(
-            f"k2conform {args.command}: internal error (a bug in k2conform, not a parser "
-            f"finding):\n{traceback.format_exc()}",
-            file=sys.stderr,
-        )
-        return 2
+    return run_command(args)
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -452,7 +422,6 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 #: The exit status of an interrupted run (128 + SIGINT, as a shell reports it).
-INTERRUPTED = 130
 
 
 def _read_json(path: Path, what: str) -> Any:

@@ -328,11 +328,14 @@ def write_report(spec: str, path: Path, seed: int, timeout: float, run_script: b
     if not run_script:
         argv.append("--no-run")
     if not is_command_spec(spec):
-        from k2conform.cli import main
+        from k2conform.exits import run_command
+        from k2conform.report_finding.cli import add_parser
 
+        parser = argparse.ArgumentParser(prog="k2conform")
+        add_parser(parser.add_subparsers(dest="command"))
         buffer = io.StringIO()
         with contextlib.redirect_stderr(buffer), contextlib.redirect_stdout(buffer):
-            status = main(argv)
+            status = run_command(parser.parse_args(argv))
         detail = buffer.getvalue().strip().splitlines()
     else:
         done = subprocess.run([*words, *argv], capture_output=True, text=True, timeout=900)
