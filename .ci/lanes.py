@@ -24,19 +24,19 @@ ROOT = Path(__file__).resolve().parent.parent
 STAMPS = ROOT / ".ci" / "lanes.json"
 #: lane -> the files and folders whose content its results depend on beyond the harness
 #: (the harness itself is pinned cell for cell by the developer lane's snapshots)
-#: The in-process Kimi K3 adapters: neither lane runs them (the server lane runs K3 through
+#: The in-process Kimi K3 adapters: no stamped lane runs them (the server lane runs K3 through
 #: vllm-server-k3, in vllm_server.py).
 _K3_IN_PROCESS = tuple(
     f":(exclude)adapters/k2conform_adapters/{name}.py"
     for name in ("reference_k3", "vllm_k3", "sglang_k3")
 )
 #: SGLang's serving code with a scripted engine (``sglang-server``, ``sglang-server-k3``): opt-in,
-#: held to the in-process SGLang adapters by the developer lane; neither lane runs it.
+#: held to the in-process SGLang adapters by the developer lane; no stamped lane runs it.
 _SGLANG_SERVING = tuple(
     f":(exclude)adapters/k2conform_adapters/{name}.py"
     for name in ("sglang_server", "sglang_server_k3")
 )
-#: What neither lane plans a cell for: the live-engine plugin's probes (``run`` takes completion
+#: What no lane plans a cell for: the live-engine plugin's probes (``run`` takes completion
 #: cases only).
 _NOT_RUN = (":(exclude)corpus/probes",)
 #: The real vLLM server's glue: only the server lane runs it.
@@ -84,8 +84,8 @@ INPUTS = {
         "baseline-servers.json",
         "requirements",
     ],
-    # the reference and the extra parsers (every adapter glue but the servers': an extra
-    # parser may reuse an engine's, as sglang-kt does SGLang's)
+    # the reference and the extra parsers: every K2 in-process glue, an engine's too (an
+    # extra parser may reuse it, as sglang-kt does SGLang's)
     "extra": [
         "corpus",
         *_NOT_RUN,
