@@ -278,6 +278,17 @@ class Request:
             data["server_options"] = dict(self.server_options)
         return data
 
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Request:
+        """A request as :meth:`to_json` wrote it, read back unchecked (a results document's);
+        a case file's goes through ``case.corpus``'s checks instead."""
+        return cls(
+            tuple(data.get("tools") or ()),
+            data.get("tool_choice", "auto"),
+            bool(data.get("thinking", False)),
+            dict(data.get("server_options") or {}),
+        )
+
 
 def tool_name(tool: Mapping[str, Any]) -> str:
     """The function name of an OpenAI tool object."""
@@ -522,19 +533,13 @@ class CaseSummary:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> CaseSummary:
-        request = data.get("request") or {}
         deltas, expected = data.get("deltas"), data.get("expected")
         return cls(
             data["id"],
             data.get("verdict", ""),
             data.get("description", ""),
             tuple(data.get("tags") or ()),
-            Request(
-                tuple(request.get("tools") or ()),
-                request.get("tool_choice", "auto"),
-                bool(request.get("thinking", False)),
-                dict(request.get("server_options") or {}),
-            ),
+            Request.from_json(data.get("request") or {}),
             data.get("model_output", ""),
             tuple(deltas) if deltas is not None else None,
             expected,

@@ -56,23 +56,27 @@ def gate_and_report(results: RunResults, baseline: Any, args: argparse.Namespace
 
     results, passed = gate(results, baseline, args.allow_missing)
     passed = passed and "partial" not in results.extra
-    write_reports(results, args.json, args.html, args.markdown)
-    sys.stdout.write(
-        report.markdown(results)
-    )  # the gate's every new, stale and missing item by name
+    summary = report.markdown(results)  # the gate's every new, stale and missing item by name
+    write_reports(results, args.json, args.html, args.markdown, summary)
+    sys.stdout.write(summary)
     return 0 if passed else 1
 
 
 def write_reports(
-    results: RunResults, json_path: Path | None, html_path: Path | None, md_path: Path | None
+    results: RunResults,
+    json_path: Path | None,
+    html_path: Path | None,
+    md_path: Path | None,
+    summary: str | None = None,
 ) -> None:
+    """``summary``: the Markdown summary when the caller has rendered it already."""
     from k2conform.report import pages as report
 
     for path, text in (
         (json_path, lambda: json.dumps(results.to_json(), ensure_ascii=False, indent=1)),
         (html_path, lambda: report.html_page(results)),
         (html_path.with_suffix(".svg") if html_path else None, lambda: report.matrix_svg(results)),
-        (md_path, lambda: report.markdown(results)),
+        (md_path, lambda: summary if summary is not None else report.markdown(results)),
     ):
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
