@@ -10,7 +10,7 @@ JOBS ?= 2
 # Environments built at once by `make parsers-extra` (.ci/run: 1 on a small disk).
 SETUP_JOBS ?= $(JOBS)
 
-.PHONY: setup servers grammars matrix matrix-servers matrix-grammar test test-lanes test-llama-cpp fuzz bench clean parsers-extra matrix-extra matrix-extra-parsers matrix-releases matrix-releases-guard matrix-servers-guard matrix-extra-parsers-guard server-runs test-extra llama-cpp matrix-llama-cpp
+.PHONY: setup servers grammars matrix matrix-servers matrix-grammar test test-lanes test-llama-cpp fuzz bench clean parsers-extra matrix-extra matrix-extra-parsers matrix-releases matrix-releases-guard matrix-servers-guard matrix-extra-parsers-guard server-runs server-lane server-lane-guard test-extra llama-cpp matrix-llama-cpp
 
 setup: $(STAMP)
 
@@ -67,34 +67,52 @@ GUARD_CASES := --case 'y_spec_*' --case '*policy*' --case '*think*' --case '*too
 # SERVER_CONCURRENT's cases in server-concurrent (each alone, then 8 copies at once; two cells a
 # time, so up to 18 requests in flight, past the 16 the server schedules), merged and gated by
 # its own reviewed baseline.  About 15 minutes on 2 cores; .ci/run runs it after the tests.
+# The concurrent cases: the spec's, 2-4 parallel calls, and each case the server tests check in
+# every server mode (tests/test_vllm_server.py: they read the guard's run).
 SERVER_CONCURRENT := --case 'y_spec_*' --case 'y_par_*_[2-4]_calls' --case y_k3_parallel_calls \
-	--case y_k3_think_response_call
+	--case y_k3_think_response_call --case n_k3_tools_opened_inside_think \
+	--case y_server_spacing_off --case y_server_tool_choice_required \
+	--case n_server_multi_turn_second_call --case n_server_tool_choice_none_call_in_output \
+	--case y_server_stream_include_usage --case y_request_required_without_tools \
+	--case y_request_null_for_non_nullable_string
 matrix-servers: servers
-	for server in vllm-server vllm-server-k3; do \
-		$(BIN)/k2conform session --adapter $$server --run-dir report/servers \
-			-- $(MAKE) --no-print-directory server-runs SERVER=$$server || exit 2; \
-	done  # one server at a time: two at once starve each other on 2 cores
-	$(BIN)/k2conform merge report/servers/vllm-server-concurrent.json \
-		report/servers/vllm-server-k3-concurrent.json --json report/servers/concurrent.json; \
-		[ $$? -le 1 ] || exit 2
-	$(BIN)/k2conform merge report/servers/vllm-server.json report/servers/vllm-server-k3.json \
-		report/servers/concurrent.json --baseline baseline-servers.json \
-		--html report/servers/index.html --json report/servers/results.json --markdown report/servers/summary.md
+	$(MAKE) --no-print-directory server-lane
 	[ -n "$(SERVER_CASES)" ] || $(PYTHON) .ci/lanes.py record servers
 
-# One server's two runs, inside its session (matrix-servers), so the server starts once (about
+# The server lane's guard: the real server on the guard's cases, every server-only case (the
+# server and request-level cases) and every Kimi K3 case (56, the K3 server's whole lane).
+# tests/test_vllm_server.py runs it (server-lane-guard) and tests what the servers did in it, so
+# the servers start once for the tests and the guard: .ci/run runs no second guard.
+SERVER_GUARD := $(GUARD_CASES) --case '*server*' --case 'y_request_*' --case '*_k3_*'
+matrix-servers-guard: servers
+	$(MAKE) --no-print-directory server-lane-guard
+
+# The lane over the environments already built (no set-up step: a test runs it from its own
+# venv, VENV=...), into SERVER_REPORT; SERVER_CASES narrows it.
+SERVER_REPORT ?= report/servers
+server-lane:
+	for server in vllm-server vllm-server-k3; do \
+		$(BIN)/k2conform session --adapter $$server --run-dir $(SERVER_REPORT) \
+			-- $(MAKE) --no-print-directory server-runs SERVER=$$server || exit 2; \
+	done  # one server at a time: two at once starve each other on 2 cores
+	$(BIN)/k2conform merge $(SERVER_REPORT)/vllm-server-concurrent.json \
+		$(SERVER_REPORT)/vllm-server-k3-concurrent.json --json $(SERVER_REPORT)/concurrent.json; \
+		[ $$? -le 1 ] || exit 2
+	$(BIN)/k2conform merge $(SERVER_REPORT)/vllm-server.json $(SERVER_REPORT)/vllm-server-k3.json \
+		$(SERVER_REPORT)/concurrent.json --baseline baseline-servers.json \
+		--html $(SERVER_REPORT)/index.html --json $(SERVER_REPORT)/results.json \
+		--markdown $(SERVER_REPORT)/summary.md
+
+server-lane-guard:
+	$(MAKE) --no-print-directory server-lane SERVER_CASES="$(SERVER_GUARD)"
+
+# One server's two runs, inside its session (server-lane), so the server starts once (about
 # 50 s on 2 cores): SERVER_CASES in both server modes, then SERVER_CONCURRENT's cases.
 server-runs:
-	$(BIN)/k2conform run --adapter $(SERVER) $(SERVER_CASES) --json report/servers/$(SERVER).json; \
+	$(BIN)/k2conform run --adapter $(SERVER) $(SERVER_CASES) --json $(SERVER_REPORT)/$(SERVER).json; \
 		[ $$? -le 1 ] || exit 2
 	$(BIN)/k2conform run --adapter $(SERVER) --delivery server-concurrent $(SERVER_CONCURRENT) \
-		--jobs 2 --json report/servers/$(SERVER)-concurrent.json; [ $$? -le 1 ] || exit 2
-
-# The server lane's guard: the real server on the guard's cases, every server-only case and
-# every Kimi K3 case (56, the K3 server's whole lane).
-SERVER_GUARD := $(GUARD_CASES) --case '*server*' --case '*_k3_*'
-matrix-servers-guard:
-	$(MAKE) matrix-servers SERVER_CASES="$(SERVER_GUARD)"
+		--jobs 2 --json $(SERVER_REPORT)/$(SERVER)-concurrent.json; [ $$? -le 1 ] || exit 2
 
 # The extra real parsers and the older releases, one venv each under .venvs/<name> (their
 # pins clash with vLLM's), run through the adapter protocol.  Not part of `setup`: 8 minutes

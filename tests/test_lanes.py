@@ -39,11 +39,7 @@ def test_the_developer_lane_leaves_out_every_lane_and_ci_runs_the_rest():
     for target in ("test", "test-lanes", "matrix-grammar"):
         assert re.search(rf'^step "[^"]+" {target}$', ci, re.MULTILINE), target
     # a lane with a stamp runs in full or as its guard, by its own stamp
-    for lane, target in (
-        ("extra", "matrix-extra-parsers"),
-        ("servers", "matrix-servers"),
-        ("releases", "matrix-releases"),
-    ):
+    for lane, target in (("extra", "matrix-extra-parsers"), ("releases", "matrix-releases")):
         branch = re.search(
             rf"^if python3 \.ci/lanes\.py check {lane}; then\n"
             rf'  step "[^"]+" {target}-guard\nelse\n  step "[^"]+" {target}\nfi$',
@@ -51,6 +47,16 @@ def test_the_developer_lane_leaves_out_every_lane_and_ci_runs_the_rest():
             re.MULTILINE,
         )
         assert branch, lane
+    # the server lane's guard is the server tests' run (so the servers start once): .ci/run
+    # runs only the full lane, and only when its inputs changed
+    branch = re.search(
+        r"^if python3 \.ci/lanes\.py check servers; then\n((?:  (?!step ).*\n)+)else\n"
+        r'  step "[^"]+" matrix-servers\nfi$',
+        ci,
+        re.MULTILINE,
+    )
+    assert branch and "test_vllm_server.py" in branch.group(1)
+    assert '"server-lane-guard"' in (ROOT / "tests" / "test_vllm_server.py").read_text()
     assert f"export {REQUIRE}=1" in ci
 
 
@@ -165,3 +171,21 @@ def test_only_files_without_a_shared_fixture_are_spread_across_workers():
     assert spread, "test_more_parsers spreads its subprocess tests"
     for path in spread:
         assert not re.search(r'scope="(module|session)"', path.read_text()), path.name
+
+
+def test_the_longest_group_is_handed_out_first():
+    """xdist hands out groups in collection order: the real servers' run (about 6 minutes,
+    one group) collected last would start last, beside an idle worker."""
+    ran = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"]
+        + ["tests/test_lanes.py", "tests/test_vllm_server.py"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    collected = [line for line in ran.stdout.splitlines() if "::" in line]
+    assert ran.returncode == 0 and collected, ran.stdout[-3000:]
+    first = [line.split("::")[0] for line in collected]
+    servers = first.count("tests/test_vllm_server.py")
+    assert servers and first[:servers] == ["tests/test_vllm_server.py"] * servers, first
