@@ -9,14 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from k2conform import markers as mk
+from k2conform.formats import FORMATS
 from k2conform.adapter.contract import Adapter, stream_steps
 from k2conform.adapter.harness import execute, interleave
 from k2conform.adapter.registry import create_adapter, default_adapter_names
 from k2conform.case.corpus import load_case
 from k2conform.delivery import modes as dl
 from k2conform.delivery.tokenizer import load_tokenizer
-from k2conform.k3 import markers as k3
 from k2conform.model import CellOutcome, Delta, Request, StreamEvent
 from k2conform.reference.parser import ReferenceParser
 from k2conform.run.cell import CellSettings, run_cell
@@ -173,17 +172,17 @@ def test_a_stream_is_stepped_at_the_same_depth_alone_as_beside_another():
     assert not [v for v in result.meta["stream_violations"] if v["kind"] == "cross-stream"]
 
 
-@pytest.mark.parametrize(
-    ("adapter_name", "family"), [("reference", mk.FAMILY), ("reference-k3", k3.FAMILY)]
-)
-def test_the_partner_is_two_calls_of_the_cases_first_tool_in_its_family(adapter_name, family):
+@pytest.mark.parametrize("format", sorted(FORMATS))
+def test_the_partner_is_two_calls_of_the_cases_first_tool_in_its_format(format):
+    """Each format's partner stream (``k2conform.formats``), as its own reference reads it."""
     (delivery,) = dl.deliveries(
-        "Hi", "stream-interleaved", TOKENIZER, tool="read_file", family=family
+        "Hi", "stream-interleaved", TOKENIZER, tool="read_file", format=format
     )
     assert delivery.deltas == dl.deliveries("Hi", "stream-token", TOKENIZER)[0].deltas
     assert all(len(d.token_ids) == 1 for d in delivery.partner)
     partner = "".join(d.text for d in delivery.partner)
-    adapter = create_adapter(adapter_name)
+    adapter = create_adapter(FORMATS[format].reference)
+    assert format in adapter.formats
     result = adapter.parse_whole(_request("read_file"), Delta(partner))
     assert [c.name for c in result.tool_calls] == ["read_file", "read_file"]
     assert [c.arguments.replace(" ", "") for c in result.tool_calls] == [

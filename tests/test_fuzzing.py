@@ -993,7 +993,7 @@ def test_differential_workers_share_one_findings_table(tmp_path):
     assert not (findings / ".claims-differential").exists()
 
 
-def test_the_fuzzers_take_only_adapters_of_the_family_they_mutate(monkeypatch):
+def test_the_fuzzers_take_only_adapters_of_the_format_they_mutate(monkeypatch):
     """K2 inputs judged by the K2 reference: a K3 adapter is left out of the default set, and
     naming one is a usage error (fed K2 output it would only show spurious findings)."""
     from k2conform.adapter import registry

@@ -169,7 +169,7 @@ def test_the_grammar_inventory_owes_a_cell_for_every_case_not_declined_and_every
     assert inventory([(3, whole)]) == {"planned": 3, "run": 3}
     lost = {**whole, "cells": [{}, {}]}
     assert inventory([(3, whole), (3, lost)]) == {"planned": 6, "run": 5}
-    # each worker is owed its own cases (a family's adapter gets that family's cases only)
+    # each worker is owed its own cases (a format's adapter gets that format's cases only)
     k3 = {"declined": [], "samples": [], "cells": [{}]}
     assert inventory([(3, whole), (2, k3)]) == {"planned": 5, "run": 4}
 
@@ -183,7 +183,7 @@ def test_kimi_k3_cases_go_through_vllms_k3_tag_and_parser_without_walks():
     from k2conform.grammar.cli import constrainable_cases
     from k2conform_adapters.vllm_k3 import VllmK3Adapter
 
-    k3_cases = [c for c in constrainable_cases(None, ["*k3*"]) if c.family == "k3"]
+    k3_cases = [c for c in constrainable_cases(None, ["*k3*"]) if c.format == "k3"]
     assert {c.id for c in k3_cases} >= {"y_k3_tool_choice_required", "y_k3_tool_choice_named"}
     assert dl.GRAMMAR_ENGINES["vllm"]["k3"] == VllmK3Adapter.name
     assert dl.grammar_engine(VllmK3Adapter.name) == "vllm"

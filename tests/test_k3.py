@@ -1,4 +1,4 @@
-"""The Kimi K3 family: its generated corpus, its reference parser's policies, the family seam
+"""The Kimi K3 format: its generated corpus, its reference parser's policies, the format seam
 of the matrix, and the two engines' K3 parsers driven as their servers compose them."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from k2conform.k3.parser import POLICIES, parse
 from k2conform.model import Delta
 from k2conform.run.matrix import plan
 
-K3_CASES = [c for c in load_corpus().completions if c.family == "k3"]
+K3_CASES = [c for c in load_corpus().completions if c.format == "k3"]
 BY_ID = {c.id: c for c in K3_CASES}
 
 
@@ -28,11 +28,11 @@ def test_every_k3_policy_fires_on_a_corpus_case():
     assert fired == set(POLICIES), sorted(set(POLICIES) ^ fired)
 
 
-def test_a_case_is_planned_only_for_the_adapters_of_its_family():
-    k2_case = next(c for c in load_corpus().completions if c.family == "k2")
+def test_a_case_is_planned_only_for_the_adapters_of_its_format():
+    k2_case = next(c for c in load_corpus().completions if c.format == "k2")
     k3_case = K3_CASES[0]
-    families = {"reference": ("k2",), "reference-k3": ("k3",)}
-    tasks = plan([k2_case, k3_case], ["reference", "reference-k3"], ["whole"], None, None, families)
+    formats = {"reference": ("k2",), "reference-k3": ("k3",)}
+    tasks = plan([k2_case, k3_case], ["reference", "reference-k3"], ["whole"], None, None, formats)
     assert sorted(tasks) == sorted(
         [(k2_case.id, "reference", "whole"), (k3_case.id, "reference-k3", "whole")]
     )
@@ -72,7 +72,7 @@ def _streamed(adapter_name: str, case_id: str):
 
     case = BY_ID[case_id]
     (delivery,) = dl.deliveries(
-        case.model_output, "stream-token", load_tokenizer(), family=case.family
+        case.model_output, "stream-token", load_tokenizer(), format=case.format
     )
     return case, delivery, create_adapter(adapter_name).parse_stream(case.request, delivery.deltas)
 
@@ -118,3 +118,24 @@ def test_both_engines_hold_a_long_call_back_to_its_close(adapter):
     (violation,) = held(adapter)
     assert "sent before it: 0 characters" in violation.detail
     assert held("reference-k3") == []
+
+
+def test_each_format_is_one_record_the_corpus_and_the_stand_in_tokenizer_read():
+    """``k2conform.formats``: the corpus takes exactly its formats; each format's special tokens
+    are single stand-in tokens (so a delivery sends each as one id, and ``spelled_markers`` may
+    start at each); each case's verdict is its own format's rule."""
+    from k2conform.case.corpus import FORMATS as CORPUS_FORMATS
+    from k2conform.case.verdict import case_verdict
+    from k2conform.formats import DEFAULT, FORMATS
+
+    assert CORPUS_FORMATS == tuple(FORMATS) and DEFAULT in FORMATS
+    tokenizer = load_tokenizer()
+    for record in FORMATS.values():
+        for token in record.special_tokens:
+            assert len(tokenizer.encode(token)) == 1, (record.name, token)
+    corpus = load_corpus().completions
+    assert {c.format for c in corpus} == set(FORMATS)
+    for case in corpus:
+        rule = FORMATS[case.format].verdict
+        prefix, _ = rule(case.request, case.model_output, bool(case.spelled_markers))
+        assert case_verdict(case).prefix == prefix == case.id[0], case.id

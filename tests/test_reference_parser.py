@@ -26,12 +26,12 @@ from k2conform_adapters.reference import ReferenceAdapter
 CORPUS = load_corpus()
 
 
-#: Each format family's reference parser: its streaming class and its one-shot parse
+#: Each format's reference parser: its streaming class and its one-shot parse
 PARSERS = {"k2": (ReferenceParser, parse), "k3": (k3.K3Parser, k3.parse)}
 
 
-def stream(text: str, deltas: list[str], request: Request | None = None, family: str = "k2"):
-    parser = PARSERS[family][0](request)
+def stream(text: str, deltas: list[str], request: Request | None = None, format: str = "k2"):
+    parser = PARSERS[format][0](request)
     events = [parser.feed(d) for d in deltas] + [parser.finish()]
     return parser.result(), events
 
@@ -46,7 +46,7 @@ def test_reference_reproduces_every_corpus_expectation(case):
         pytest.skip("no expectation recorded")
     if case_unfit(case, "whole", ReferenceAdapter.request_options):
         pytest.skip("a server-level case whose options the reference does not model")
-    result = PARSERS[case.family][1](case.model_output, case.request)
+    result = PARSERS[case.format][1](case.model_output, case.request)
     assert observable(result) == (
         case.expected.content,
         case.expected.reasoning,
@@ -58,11 +58,11 @@ def test_reference_reproduces_every_corpus_expectation(case):
 def test_every_single_split_point_gives_the_one_shot_result(case):
     """Exhaustive over two-delta splits, then one character per delta."""
     text = case.model_output
-    whole = PARSERS[case.family][1](text, case.request)
+    whole = PARSERS[case.format][1](text, case.request)
     for k in range(len(text) + 1):
-        split, events = stream(text, [text[:k], text[k:]], case.request, case.family)
+        split, events = stream(text, [text[:k], text[k:]], case.request, case.format)
         assert observable(split) == observable(whole), f"split at {k}"
-    per_char, events = stream(text, list(text), case.request, case.family)
+    per_char, events = stream(text, list(text), case.request, case.format)
     assert observable(per_char) == observable(whole)
     assert observable(assemble(events).result) == observable(whole)
     assert assemble(events).violations == ()
@@ -71,8 +71,8 @@ def test_every_single_split_point_gives_the_one_shot_result(case):
 @given(st.sampled_from(CORPUS.completions), st.data())
 def test_any_chunking_of_corpus_cases_gives_the_one_shot_result(case, data):
     deltas = data.draw(chunkings(case.model_output))
-    result, events = stream(case.model_output, deltas, case.request, case.family)
-    whole = PARSERS[case.family][1](case.model_output, case.request)
+    result, events = stream(case.model_output, deltas, case.request, case.format)
+    whole = PARSERS[case.format][1](case.model_output, case.request)
     assert observable(result) == observable(whole)
     assembled = assemble(events)
     assert observable(assembled.result) == observable(whole)
@@ -196,7 +196,7 @@ def test_k3_one_shot_work_is_linear_on_tags_that_never_reach_their_sep(tag, monk
 
 def test_every_policy_is_documented_and_exercised_by_a_tagged_corpus_case():
     fired_by_tag: dict[str, set[str]] = {}
-    for case in (c for c in CORPUS.completions if c.family == "k2"):
+    for case in (c for c in CORPUS.completions if c.format == "k2"):
         policies = set(parse(case.model_output, case.request).meta["policies"])
         assert policies <= set(POLICIES), case.id
         for tag in case.tags:

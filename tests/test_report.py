@@ -571,7 +571,7 @@ def test_a_stream_after_cutoff_example_shows_the_deltas_of_its_own_prelude_tool(
 
 def test_a_case_summary_reads_back_as_it_was_written_with_its_request_typed():
     """A results document keeps each case as a typed summary: written and read back it is the
-    same document, key for key (a K3 case's family, spelled markers, recorded deltas and
+    same document, key for key (a K3 case's format, spelled markers, recorded deltas and
     server options included), and a reader gets the request's tools, not a dict to dig in."""
     from dataclasses import replace
 
@@ -581,7 +581,7 @@ def test_a_case_summary_reads_back_as_it_was_written_with_its_request_typed():
 
     corpus = {c.id: c for c in load_corpus().completions}
     k3 = case_summary(corpus["y_k3_think_response_call"])
-    assert k3.family == "k3" and k3.request.tool_names == corpus[k3.id].request.tool_names != ()
+    assert k3.format == "k3" and k3.request.tool_names == corpus[k3.id].request.tool_names != ()
     recorded = next(c for c in corpus.values() if c.deltas)
     served = next(c for c in corpus.values() if c.request.server_options)
     spelled = replace(case_summary(corpus["y_spec_single_call"]), spelled_markers=(0,))
@@ -589,4 +589,4 @@ def test_a_case_summary_reads_back_as_it_was_written_with_its_request_typed():
         document = json.loads(json.dumps(summary.to_json()))
         assert CaseSummary.from_json(document) == summary
         assert CaseSummary.from_json(document).to_json() == document
-    assert "family" not in spelled.to_json() and spelled.to_json()["spelled_markers"] == [0]
+    assert "format" not in spelled.to_json() and spelled.to_json()["spelled_markers"] == [0]

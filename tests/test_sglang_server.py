@@ -225,7 +225,7 @@ def test_the_k3_server_runs_sglangs_k3_parsers_in_its_serving_code(k3_adapter, t
         assert manager.server_args.tool_call_parser == "kimi_k3"
         assert manager.server_args.reasoning_parser == "kimi_k3"
     case = next(c for c in corpus.completions if c.id == "y_k3_think_response_call")
-    (delivery,) = deliveries(case.model_output, "whole", tokenizer, family=case.family)
+    (delivery,) = deliveries(case.model_output, "whole", tokenizer, format=case.format)
     result = execute(k3_adapter, case.request, delivery)
     assert result.outcome == "ok", result.error
     assert compare_results(case.expected.as_result(), result) == []
@@ -243,12 +243,12 @@ def test_the_k3_server_gives_the_in_process_k3_parsers_results_on_the_k3_corpus(
     from k2conform_adapters.sglang_k3 import SglangK3Adapter
 
     in_process = SglangK3Adapter()
-    cases = [c for c in corpus.completions if c.family == k3.FAMILY]
+    cases = [c for c in corpus.completions if c.format == k3.FORMAT]
     assert len(cases) >= 50
     differ = []
     for case in cases:
         for mode in ("whole", "stream-token"):
-            (delivery,) = deliveries(case.model_output, mode, tokenizer, family=case.family)
+            (delivery,) = deliveries(case.model_output, mode, tokenizer, format=case.format)
             served = execute(k3_adapter, case.request, delivery)
             parsed = execute(in_process, case.request, delivery)
             if served.outcome != parsed.outcome or compare_results(parsed, served):

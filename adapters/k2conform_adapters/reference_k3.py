@@ -11,7 +11,7 @@ from k2conform_adapters.reference import stepper
 
 class ReferenceK3Adapter(Adapter):
     name = "reference-k3"
-    families = (k3.FAMILY,)
+    formats = (k3.FORMAT,)
     description = "k2conform's Kimi K3 reference parser (named policies for every open point)"
     coverage_files = ("k2conform/k3/parser.py",)
     stop_string_holdback = True  # the format's parser: any server's deltas

@@ -36,7 +36,7 @@ class SglangK3Adapter(Adapter):
     name = "sglang-k3"
     package = "sglang"
     supported_versions = ("0.5.23",)
-    families = (k3.FAMILY,)
+    formats = (k3.FORMAT,)
     description = "SGLang server: --tool-call-parser kimi_k3 --reasoning-parser kimi_k3"
     coverage_files = (
         "sglang/srt/function_call/kimik3_detector.py",

@@ -18,7 +18,7 @@ from k2conform_adapters.sglang_server import SglangServerAdapter
 
 class SglangServerK3Adapter(SglangServerAdapter):
     name = "sglang-server-k3"
-    families = (k3.FAMILY,)
+    formats = (k3.FORMAT,)
     description = (
         "SGLang OpenAIServingChat with --tool-call-parser kimi_k3 --reasoning-parser kimi_k3 "
         "(real serving code; scripted TokenizerManager)"

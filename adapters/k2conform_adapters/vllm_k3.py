@@ -42,7 +42,7 @@ class VllmK3Adapter(Adapter):
     name = "vllm-k3"
     package = "vllm"
     supported_versions = ("0.33.0",)
-    families = (k3.FAMILY,)
+    formats = (k3.FORMAT,)
     description = "vLLM OpenAI server: --tool-call-parser kimi_k3 --reasoning-parser kimi_k3"
     coverage_files = (
         "vllm/parser/kimi_k3.py",

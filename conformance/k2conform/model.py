@@ -499,7 +499,7 @@ class AdapterRow:
 class CaseSummary:
     """What a results document keeps of a case: what the reports show, and what they need to
     derive its deliveries again (the request: ``stream-after-cutoff``'s prelude calls its first
-    declared tool, as ``stream-interleaved``'s partner does, in the case's family)."""
+    declared tool, as ``stream-interleaved``'s partner does, in the case's format)."""
 
     id: str
     verdict: str
@@ -511,8 +511,8 @@ class CaseSummary:
     #: The case's expectation as its file writes it (the reports print it as it is).
     expected: Mapping[str, Any] | None = None
     spelled_markers: tuple[int, ...] = ()
-    #: The format family; None for Kimi K2 (the documents leave the key out then).
-    family: str | None = None
+    #: The format; None for Kimi K2 (the documents leave the key out then).
+    format: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -527,8 +527,8 @@ class CaseSummary:
         }
         if self.spelled_markers:
             data["spelled_markers"] = list(self.spelled_markers)
-        if self.family is not None:
-            data["family"] = self.family
+        if self.format is not None:
+            data["format"] = self.format
         return data
 
     @classmethod
@@ -544,7 +544,7 @@ class CaseSummary:
             tuple(deltas) if deltas is not None else None,
             expected,
             tuple(data.get("spelled_markers") or ()),
-            data.get("family"),
+            data.get("format", data.get("family")),  # "family" before 6 Dec 2026
         )
 
 

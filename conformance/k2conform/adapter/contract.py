@@ -142,9 +142,9 @@ class Adapter(ABC):
     #: ``stream_reasoning``, ...): a case whose options are all among them is judged in this
     #: adapter's own modes too, not only in the server modes (``run.cell.case_unfit``).
     request_options: ClassVar[frozenset[str]] = frozenset()
-    #: The format families it parses (``case.corpus.FAMILIES``): the matrix plans a cell only
-    #: where a case's family is among them, so nothing downstream asks which family a case is.
-    families: ClassVar[tuple[str, ...]] = ("k2",)
+    #: The formats it parses (``case.corpus.FORMATS``): the matrix plans a cell only where a
+    #: case's format is among them, so nothing downstream asks which format a case is.
+    formats: ClassVar[tuple[str, ...]] = ("k2",)
     #: The delivery modes it takes; None: every in-process mode (``delivery.modes``), a
     #: server adapter names the server modes.
     delivery_modes: ClassVar[tuple[str, ...] | None] = None

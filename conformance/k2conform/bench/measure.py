@@ -338,7 +338,7 @@ def harness_cost(
         cells = 0
         step = max(1, len(cases) // max_cases) if max_cases else 1
         for case in cases[::step]:
-            if case.family not in adapter.families:
+            if case.format not in adapter.formats:
                 continue
             for mode in dl.DEFAULT_MODES:
                 run_cell(timed, case, mode, settings, Availability("ok"), cache)

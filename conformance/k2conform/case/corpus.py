@@ -23,8 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from k2conform import markers as mk
-from k2conform.k3 import markers as k3_markers
+from k2conform import formats
 from k2conform.model import Request, RequestFate, Result, ToolCall, dumps_canonical
 from k2conform.resources import bundled
 
@@ -34,8 +33,8 @@ SOURCES = "sources"
 #: but the loader leaves out, so they add no cells to the matrix (docs/findings-catalogue.md).
 CATALOGUE = ("findings", "catalogue")
 _ID_PATTERN = re.compile(r"^[yni]_[a-z0-9][a-z0-9_.\-]*$")
-#: The Kimi format families a completion case may be written in: K2's markers, K3's channels.
-FAMILIES = (mk.FAMILY, k3_markers.FAMILY)
+#: The Kimi formats a completion case may be written in: K2's markers, K3's channels.
+FORMATS = tuple(formats.FORMATS)
 _COMPLETION_KEYS = {
     "id": True,
     "kind": True,
@@ -47,7 +46,7 @@ _COMPLETION_KEYS = {
     "deltas": False,
     "expected": False,
     "generator": False,
-    "family": False,
+    "format": False,
     "spelled_markers": False,
 }
 _PROBE_KEYS = {
@@ -127,9 +126,9 @@ class CompletionCase:
     expected: Expectation | None
     generator: Mapping[str, Any] | None = None
     path: str = ""
-    #: The format family of ``model_output`` (:data:`FAMILIES`); an adapter parses the
-    #: families it declares (``Adapter.families``)
-    family: str = "k2"
+    #: The format of ``model_output`` (:data:`FORMATS`); an adapter parses the formats it
+    #: declares (``Adapter.formats``)
+    format: str = formats.DEFAULT
     #: Offsets in ``model_output`` of markers the model wrote from ordinary pieces instead of
     #: their special token (sgl-project/sglang PR #32677): the text is the same, the token
     #: ids differ, so only token-aligned deliveries carry it (``delivery.modes.deliveries``).
@@ -164,8 +163,8 @@ class CompletionCase:
             data["expected"] = self.expected.to_json()
         if self.generator is not None:
             data["generator"] = dict(self.generator)
-        if self.family != "k2":
-            data["family"] = self.family
+        if self.format != formats.DEFAULT:
+            data["format"] = self.format
         if self.spelled_markers:
             data["spelled_markers"] = list(self.spelled_markers)
         return data
@@ -386,10 +385,10 @@ def _completion(data: Mapping[str, Any], check: FieldChecker, path: str) -> Comp
         generator = check.object(
             data["generator"], "generator", {"class": True, "seed": True}, strict=False
         )
-    family = data.get("family", "k2")
-    if family not in FAMILIES:
-        raise CorpusError(path, "family", f"must be one of {', '.join(FAMILIES)}, not {family!r}")
-    spelled = _spelled_markers(data.get("spelled_markers", []), model_output, family, check)
+    format = data.get("format", formats.DEFAULT)
+    if format not in FORMATS:
+        raise CorpusError(path, "format", f"must be one of {', '.join(FORMATS)}, not {format!r}")
+    spelled = _spelled_markers(data.get("spelled_markers", []), model_output, format, check)
     return CompletionCase(
         case_id,
         description,
@@ -401,16 +400,16 @@ def _completion(data: Mapping[str, Any], check: FieldChecker, path: str) -> Comp
         expected,
         generator,
         path,
-        family,
+        format,
         spelled,
     )
 
 
 def _spelled_markers(
-    value: Any, model_output: str, family: str, check: FieldChecker
+    value: Any, model_output: str, format: str, check: FieldChecker
 ) -> tuple[int, ...]:
-    """Ascending offsets, each where one of the family's special tokens starts."""
-    tokens = k3_markers.MARKERS if family == "k3" else tuple(mk.SPECIAL_TOKEN_IDS)
+    """Ascending offsets, each where one of the format's special tokens starts."""
+    tokens = formats.FORMATS[format].special_tokens
     offsets = tuple(
         check.integer(v, f"spelled_markers[{i}]")
         for i, v in enumerate(check.array(value, "spelled_markers"))
@@ -422,7 +421,7 @@ def _spelled_markers(
             raise CorpusError(
                 check.path,
                 f"spelled_markers[{i}]",
-                f"offset {at} is not where a {family} special token starts in model_output",
+                f"offset {at} is not where a {format} special token starts in model_output",
             )
     return offsets
 

@@ -25,6 +25,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from k2conform import formats
 from k2conform import markers as mk
 from k2conform.case.corpus import Case, CompletionCase
 from k2conform.model import Request, Result
@@ -146,12 +147,9 @@ def case_verdict(case: Case) -> Verdict:
     """The verdict of any case: a completion case's from its output; a prompt case (the chat
     template defines the prompt) and a live-engine probe (it asks for what the spec defines)
     are ``y``."""
-    if isinstance(case, CompletionCase) and case.family == "k3":
-        from k2conform.k3.verdict import verdict as k3_verdict
-
-        return Verdict(*k3_verdict(case.request, case.model_output))
     if isinstance(case, CompletionCase):
-        return verdict(case.request, case.model_output, spelled=bool(case.spelled_markers))
+        rule = formats.FORMATS[case.format].verdict
+        return Verdict(*rule(case.request, case.model_output, bool(case.spelled_markers)))
     return Verdict("y")
 
 

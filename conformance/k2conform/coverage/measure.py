@@ -126,8 +126,8 @@ def _run_cells(targets: Sequence[Target], source: Source, settings: Any) -> dict
     ready = [t.spec for t in targets if availability[t.spec].status == "ok"]
     modes = tuple(dict.fromkeys(m for t in targets for m in t.modes))
     options = {spec: adapter.request_options for spec, adapter in adapters.items()}
-    families = {spec: adapter.families for spec, adapter in adapters.items()}
-    tasks = plan(cases, ready, modes, {t.spec: t.modes for t in targets}, options, families)
+    formats = {spec: adapter.formats for spec, adapter in adapters.items()}
+    tasks = plan(cases, ready, modes, {t.spec: t.modes for t in targets}, options, formats)
     by_id = {case.id: case for case in cases}
     outcomes: dict[str, Counter] = {spec: Counter() for spec in adapters}
     progress, whole_results = progress_printer(), {}
@@ -206,7 +206,7 @@ def _adapter_entry(
             "status": "not measured",
             "reason": f"{availability.status}: {availability.reason}",
         }
-    context = CONTEXTS.get((target.files[0][0].split("/")[0], target.family))
+    context = CONTEXTS.get((target.files[0][0].split("/")[0], target.format))
     reach = analyse({path: Path(real) for path, _, real in target.files}, context)
     release = run["versions"][target.spec]  # the entries of the reviewed list name it
     files = [

@@ -56,7 +56,7 @@ class KimiContext:
     state_attribute: str | None = None  #: ``self.<this>`` takes only the states the table reaches
 
 
-#: The Kimi contexts of the packages under test, by top-level package and format family.
+#: The Kimi contexts of the packages under test, by top-level package and format.
 CONTEXTS: dict[tuple[str, str], KimiContext] = {
     ("vllm", "k2"): KimiContext(
         classes=(

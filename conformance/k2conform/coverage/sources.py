@@ -26,7 +26,7 @@ class Target:
     files: tuple[
         tuple[str, str, str], ...
     ]  #: (path like "vllm/parser/kimi_k2.py", role, real path)
-    family: str = "k2"  #: the format family whose classes are Kimi's in the reachability rules
+    format: str = "k2"  #: the format whose classes are Kimi's in the reachability rules
 
 
 @dataclass(frozen=True)
@@ -60,8 +60,8 @@ def targets(
         else:
             located, reason = _locate(files)
             if located:
-                family = adapter.families[0]
-                measured.append(Target(spec, adapter.name, modes, located, family))
+                format = adapter.formats[0]
+                measured.append(Target(spec, adapter.name, modes, located, format))
                 continue
         skipped.append(NotMeasured(adapter.name, reason))
     return measured, skipped

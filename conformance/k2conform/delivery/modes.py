@@ -19,8 +19,8 @@ import random
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, Sequence
 
+from k2conform import formats
 from k2conform import markers as mk
-from k2conform.k3 import markers as k3
 from k2conform.model import Delta
 
 if TYPE_CHECKING:  # the contract names the delivery modes: typing only, no import cycle
@@ -154,7 +154,7 @@ SERVER_MODES = tuple(name for name, mode in MODES.items() if mode.server)
 #: own parser, docs/grammar.md).  What its grammar admits reaches the parser token-aligned.
 GRAMMAR_MODE = "grammar"
 #: The engines of the ``grammar`` column (``k2conform grammar --engine``): per engine, the adapter
-#: whose grammar and parser each format family's cases go through.  SGLang's Kimi K3 tag is not in
+#: whose grammar and parser each format's cases go through.  SGLang's Kimi K3 tag is not in
 #: it yet (docs/grammar.md): it names K3's special tokens as tokens, which the lane's
 #: character-level acceptance cannot compile.
 GRAMMAR_ENGINES = {"vllm": {"k2": "vllm", "k3": "vllm-k3"}, "sglang": {"k2": "sglang"}}
@@ -210,25 +210,10 @@ CUTOFF_PRELUDE = (
 )
 
 
-def partner_output(family: str, tool: str) -> str:
+def partner_output(format: str, tool: str) -> str:
     """The other stream of ``stream-interleaved``: a short answer, then two complete calls of
-    ``tool`` (so that it has a call open while this stream has one), in the case's family."""
-    if family == k3.FAMILY:
-        calls = "".join(
-            k3.opener("call", {"tool": tool, "index": str(n)})
-            + k3.opener("argument", {"key": "city", "type": "string"})
-            + city
-            + k3.closer("argument")
-            + k3.closer("call")
-            for n, city in enumerate(("Paris", "Rome"))
-        )
-        tools = k3.opener("tools") + calls + k3.closer("tools")
-        return "Checking." + k3.closer("think") + tools + k3.closer("message")
-    calls = "".join(
-        f'{mk.CALL_BEGIN}functions.{tool}:{n}{mk.ARGUMENT_BEGIN}{{"city": "{city}"}}{mk.CALL_END}'
-        for n, city in enumerate(("Paris", "Rome"))
-    )
-    return f"Checking.{mk.SECTION_BEGIN}{calls}{mk.SECTION_END}"
+    ``tool`` (so that it has a call open while this stream has one), in the case's format."""
+    return formats.FORMATS[format].partner(tool)
 
 
 #: The prelude's tool when a case declares none.
@@ -327,7 +312,7 @@ def case_deliveries(
         burst=burst,
         tool=cutoff_tool(case.request.tool_names),
         spelled=case.spelled_markers,
-        family=case.family,
+        format=case.format,
     )
 
 
@@ -341,11 +326,11 @@ def deliveries(
     burst: int = DEFAULT_BURST,
     tool: str = CUTOFF_TOOL,
     spelled: Sequence[int] = (),
-    family: str = mk.FAMILY,
+    format: str = mk.FORMAT,
 ) -> list[Delivery]:
     """The deliveries of ``text`` in ``mode`` (marker splits give several; others one);
     ``tool`` names the call ``stream-after-cutoff``'s prelude cuts off and
-    ``stream-interleaved``'s partner makes, in the case's ``family``; ``spelled``: the
+    ``stream-interleaved``'s partner makes, in the case's ``format``; ``spelled``: the
     offsets of markers written from ordinary pieces (``CompletionCase.spelled_markers``)."""
     text = engine_output(text)
     spelled = tuple(at for at in spelled if at < len(text))
@@ -375,7 +360,7 @@ def deliveries(
             for k in range(COALESCED_VARIANTS)
         ]
     if mode == "stream-interleaved":
-        partner = _per_token(tokenizer.tokenize_spans(partner_output(family, tool)))
+        partner = _per_token(tokenizer.tokenize_spans(partner_output(format, tool)))
         return [Delivery(mode, _per_token(spans), variant=f"beside {tool}", partner=partner)]
     if mode == "stream-holdback":
         return [

@@ -9,7 +9,7 @@ like the real one where a tool-call parser can tell the difference:
 * the same pre-tokenisation regex (:data:`PAT_STR`, Moonshot's ``tokenization_kimi.py``);
 * the Kimi markers are single tokens at their real ids (``markers.SPECIAL_TOKEN_IDS``), and
   the four Kimi K3 markers single special tokens at reserved slots (their real ids are not
-  public: ``k3.markers.STANDIN_TOKEN_IDS``), so one stand-in serves both families;
+  public: ``k3.markers.STANDIN_TOKEN_IDS``), so one stand-in serves both formats;
   while look-alikes such as the singular ``<|tool_call_section_begin|>`` are ordinary
   text of several tokens, exactly as in the real vocabulary;
 * ordinary text is byte-level BPE, so common words and JSON punctuation are multi-byte
@@ -39,7 +39,7 @@ import regex
 import tiktoken
 
 from k2conform import markers
-from k2conform.k3 import markers as k3_markers
+from k2conform import formats
 
 # Moonshot's tokenization_kimi.py, ``TikTokenTokenizer.pat_str``, verbatim (checked against
 # two copies of the file; see tests).  ``&&`` is class *intersection*: tiktoken's engine
@@ -424,7 +424,7 @@ def standin_added_tokens() -> tuple[dict[str, int], frozenset[str]]:
         for t, i in {
             **markers.SPECIAL_TOKEN_IDS,
             **_EXTRA_ADDED_TOKENS,
-            **k3_markers.STANDIN_TOKEN_IDS,
+            **{t: i for f in formats.FORMATS.values() for t, i in f.standin_token_ids.items()},
         }.items()
     }
     added = _with_reserved(named, first=FIRST_SPECIAL_ID)

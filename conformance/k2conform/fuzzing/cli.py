@@ -161,10 +161,10 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         raise UsageError("give --seconds N or --runs N (fuzzing never ends by itself)")
     if any(limit is not None and limit <= 0 for limit in (args.seconds, args.runs)):
         raise UsageError("--seconds and --runs must be more than 0 (0 means no limit to libFuzzer)")
-    from k2conform.fuzzing.differential import FUZZ_MODES, refuse_other_family
+    from k2conform.fuzzing.differential import FUZZ_MODES, refuse_other_format
 
     for name in args.adapter or ():  # an unknown name is a usage error before any process starts
-        refuse_other_family(create_adapter(name))
+        refuse_other_format(create_adapter(name))
     unknown = [m for m in args.delivery or () if m not in FUZZ_MODES]
     if unknown:  # likewise: the target would only find out inside libFuzzer's process
         raise UsageError(

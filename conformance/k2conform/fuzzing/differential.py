@@ -42,19 +42,19 @@ DEFAULT_FUZZ_MODES = ("whole", "stream-token")
 #: The modes that replay the fuzz input's own cut list (the others ignore it).
 CUT_MODES = ("stream-recorded",)
 DEFAULT_DEADLINE = 10.0
-#: The format family the fuzzers mutate and the reference parser judges: an adapter of
-#: another family (``reference-k3``, ``vllm-k3``) is no adapter under test here.
-FAMILY = mk.FAMILY
+#: The format the fuzzers mutate and the reference parser judges: an adapter of
+#: another format (``reference-k3``, ``vllm-k3``) is no adapter under test here.
+FORMAT = mk.FORMAT
 
 
-def refuse_other_family(adapter: Any) -> None:
-    """A usage error for an adapter named for fuzzing that does not parse ``FAMILY``."""
+def refuse_other_format(adapter: Any) -> None:
+    """A usage error for an adapter named for fuzzing that does not parse ``FORMAT``."""
     from k2conform.errors import UsageError
 
-    if FAMILY not in adapter.families:
+    if FORMAT not in adapter.formats:
         raise UsageError(
-            f"adapter {adapter.name} parses {', '.join(adapter.families)} output; the "
-            f"fuzzers mutate {FAMILY} output (its reference is the oracle)"
+            f"adapter {adapter.name} parses {', '.join(adapter.formats)} output; the "
+            f"fuzzers mutate {FORMAT} output (its reference is the oracle)"
         )
 
 
@@ -129,9 +129,9 @@ class Differential:
             if name == "reference":
                 continue
             adapter = create_adapter(name)
-            if FAMILY not in adapter.families:
+            if FORMAT not in adapter.formats:
                 if named:
-                    refuse_other_family(adapter)
+                    refuse_other_format(adapter)
                 continue
             availability = load(adapter)
             if availability.status == "unavailable":

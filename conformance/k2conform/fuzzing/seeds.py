@@ -32,7 +32,7 @@ def fuzz_input(case: CompletionCase) -> FuzzInput:
 
 def seed_inputs(corpus_root: Path | str | None = None) -> list[FuzzInput]:
     # the fuzz targets drive the K2 adapters: K3 outputs are no seeds of theirs (docs/k3.md)
-    return [fuzz_input(c) for c in load_corpus(corpus_root).completions if c.family == "k2"]
+    return [fuzz_input(c) for c in load_corpus(corpus_root).completions if c.format == mk.FORMAT]
 
 
 def seed_files(corpus_root: Path | str | None = None) -> dict[str, bytes]:

@@ -135,7 +135,7 @@ def _sampled(case: CompletionCase) -> bool:
         _constrained(case)
         and not case.request.thinking
         and not case.request_level
-        and case.family == mk.FAMILY
+        and case.format == mk.FORMAT
     )
 
 

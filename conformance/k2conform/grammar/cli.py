@@ -84,8 +84,8 @@ def cmd_grammar(args: argparse.Namespace) -> int:
     jobs = {
         adapter: (engine, Job(adapter, chosen, args.seed, args.samples, settings))
         for engine in pythons
-        for family, adapter in dl.GRAMMAR_ENGINES[engine].items()
-        if (chosen := tuple(c for c in cases if c.family == family))
+        for format, adapter in dl.GRAMMAR_ENGINES[engine].items()
+        if (chosen := tuple(c for c in cases if c.format == format))
     }
     documents = run_workers(
         {adapter: job for adapter, (_, job) in jobs.items()},

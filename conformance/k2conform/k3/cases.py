@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from k2conform.case.corpus import CompletionCase, Expectation, default_corpus_dir
-from k2conform.k3.markers import CLOSE, END_OF_MSG, FAMILY, OPEN, SEP, closer, opener
+from k2conform.k3.markers import CLOSE, END_OF_MSG, FORMAT, OPEN, SEP, closer, opener
 from k2conform.k3.parser import parse
 from k2conform.k3.verdict import verdict
 from k2conform.model import Request
@@ -27,7 +27,7 @@ from k2conform.model import Request
 BASE_SEED = 20261205
 FOLDER = "k3"
 
-FORMAT = (
+FORMAT_SOURCE = (
     "the K3 format as the pinned engines read it (vllm/tool_parsers/kimi_k3_tool_parser.py, "
     "sglang/srt/function_call/kimik3_detector.py)"
 )
@@ -115,7 +115,7 @@ def _table(rng: random.Random) -> Iterator[tuple[str, str, str, str, Mapping[str
         "y_k3_think_then_response",
         "K3.channels",
         "Reasoning, then an answer",
-        FORMAT,
+        FORMAT_SOURCE,
         think,
         f"Let me see.{THINK_END}{RESPONSE}It is sunny.{RESPONSE_END}{MESSAGE_END}",
     )
@@ -123,7 +123,7 @@ def _table(rng: random.Random) -> Iterator[tuple[str, str, str, str, Mapping[str
         "y_k3_think_then_call",
         "K3.channels",
         "Reasoning, then one call",
-        FORMAT,
+        FORMAT_SOURCE,
         think,
         f"Need weather.{THINK_END}{tools(PARIS)}{MESSAGE_END}",
     )
@@ -131,7 +131,7 @@ def _table(rng: random.Random) -> Iterator[tuple[str, str, str, str, Mapping[str
         "y_k3_think_response_call",
         "K3.channels",
         "Reasoning, an answer and a call",
-        FORMAT,
+        FORMAT_SOURCE,
         think,
         f"Hm.{THINK_END}{RESPONSE}Checking.{RESPONSE_END}{tools(PARIS)}{MESSAGE_END}",
     )
@@ -139,7 +139,7 @@ def _table(rng: random.Random) -> Iterator[tuple[str, str, str, str, Mapping[str
         "y_k3_response_only_thinking_off",
         "K3.channels",
         "Thinking off: the output starts inside the response channel",
-        FORMAT,
+        FORMAT_SOURCE,
         off,
         f"Hello there.{RESPONSE_END}{MESSAGE_END}",
     )
@@ -147,7 +147,7 @@ def _table(rng: random.Random) -> Iterator[tuple[str, str, str, str, Mapping[str
         "y_k3_tools_only_thinking_off",
         "K3.channels",
         "Thinking off: an empty response, then a call",
-        FORMAT,
+        FORMAT_SOURCE,
         off,
         f"{RESPONSE_END}{tools(PARIS)}{MESSAGE_END}",
     )
@@ -155,7 +155,7 @@ def _table(rng: random.Random) -> Iterator[tuple[str, str, str, str, Mapping[str
         "y_k3_end_of_msg_in_output",
         "K3.channels",
         "The turn written out to <|end_of_msg|> (an engine that does not stop on it)",
-        FORMAT,
+        FORMAT_SOURCE,
         off,
         f"Hello there.{RESPONSE_END}{MESSAGE_END}{END_OF_MSG}",
     )
@@ -163,7 +163,7 @@ def _table(rng: random.Random) -> Iterator[tuple[str, str, str, str, Mapping[str
         "y_k3_end_of_msg_after_think",
         "K3.channels",
         "Thinking on, the turn written out to <|end_of_msg|>",
-        FORMAT,
+        FORMAT_SOURCE,
         think,
         f"r{THINK_END}{RESPONSE}ok{RESPONSE_END}{MESSAGE_END}{END_OF_MSG}",
     )
@@ -171,7 +171,7 @@ def _table(rng: random.Random) -> Iterator[tuple[str, str, str, str, Mapping[str
         "y_k3_parallel_calls",
         "K3.parallel",
         "Two calls in one tools channel",
-        FORMAT,
+        FORMAT_SOURCE,
         think,
         f"Two cities.{THINK_END}{tools(PARIS, OSLO)}{MESSAGE_END}",
     )
@@ -179,7 +179,7 @@ def _table(rng: random.Random) -> Iterator[tuple[str, str, str, str, Mapping[str
         "y_k3_two_tools",
         "K3.parallel",
         "Calls to two different tools",
-        FORMAT,
+        FORMAT_SOURCE,
         think,
         f"r{THINK_END}{tools(PARIS, call('search', 2, argument('query', 'news')))}{MESSAGE_END}",
     )
@@ -187,7 +187,7 @@ def _table(rng: random.Random) -> Iterator[tuple[str, str, str, str, Mapping[str
         "y_k3_typed_values",
         "K3.values",
         "Number, boolean, null, object and array values",
-        FORMAT,
+        FORMAT_SOURCE,
         think,
         f"r{THINK_END}"
         + tools(
@@ -208,7 +208,7 @@ def _table(rng: random.Random) -> Iterator[tuple[str, str, str, str, Mapping[str
         "y_k3_string_raw_json_text",
         "K3.values",
         "A string value holding JSON text, quotes and newlines raw",
-        FORMAT,
+        FORMAT_SOURCE,
         think,
         f"r{THINK_END}"
         + tools(call("search", 1, argument("query", '{"q": "a \\"b\\""}\nline 2\t"x"')))
@@ -218,7 +218,7 @@ def _table(rng: random.Random) -> Iterator[tuple[str, str, str, str, Mapping[str
         "y_k3_string_with_special_tokens",
         "K3.values",
         "A string value holding <|open|> and <|sep|>: literal up to the argument's closer",
-        FORMAT,
+        FORMAT_SOURCE,
         think,
         f"r{THINK_END}"
         + tools(call("search", 1, argument("query", f"a{OPEN}b{SEP}c{CLOSE}d")))
@@ -237,7 +237,7 @@ def _table(rng: random.Random) -> Iterator[tuple[str, str, str, str, Mapping[str
         "y_k3_unicode_values",
         "K3.utf8",
         "CJK and emoji in a value and in the answer",
-        FORMAT,
+        FORMAT_SOURCE,
         think,
         f"思考{THINK_END}{RESPONSE}答案 😀{RESPONSE_END}"
         + tools(call("search", 1, argument("query", unicode_value)))
@@ -247,7 +247,7 @@ def _table(rng: random.Random) -> Iterator[tuple[str, str, str, str, Mapping[str
         "y_k3_empty_arguments",
         "K3.values",
         "A call with no argument: {}",
-        FORMAT,
+        FORMAT_SOURCE,
         think,
         f"r{THINK_END}{tools(call('search', 1))}{MESSAGE_END}",
     )
@@ -255,7 +255,7 @@ def _table(rng: random.Random) -> Iterator[tuple[str, str, str, str, Mapping[str
         "y_k3_attribute_escapes",
         "K3.names",
         '&amp; and &quot; in attribute values decode to & and "',
-        FORMAT,
+        FORMAT_SOURCE,
         think,
         f"r{THINK_END}"
         + tools(
@@ -276,7 +276,7 @@ def _table(rng: random.Random) -> Iterator[tuple[str, str, str, str, Mapping[str
             f"n_k3_{label}_tool_name",
             "K3.names",
             f"An undeclared {label.replace('_', ' ')} tool name is kept as written",
-            THREADS["tool-attr-lt"] if label == "angle_bracket" else FORMAT,
+            THREADS["tool-attr-lt"] if label == "angle_bracket" else FORMAT_SOURCE,
             think,
             f"r{THINK_END}{tools(call(name, 1, argument('city', 'x')))}{MESSAGE_END}",
         )
@@ -292,7 +292,7 @@ def _table(rng: random.Random) -> Iterator[tuple[str, str, str, str, Mapping[str
         "y_k3_newlines_in_channels",
         "K3.whitespace",
         "Newlines inside the think and response channels are text",
-        FORMAT,
+        FORMAT_SOURCE,
         think,
         f"\nr\n{THINK_END}{RESPONSE}\nok\n{RESPONSE_END}{MESSAGE_END}",
     )
@@ -373,7 +373,7 @@ def _table(rng: random.Random) -> Iterator[tuple[str, str, str, str, Mapping[str
         "i_k3_argument_closer_inside_value",
         "K3.values",
         "A string value holding <|close|>argument<|sep|>: the first closer ends it",
-        FORMAT,
+        FORMAT_SOURCE,
         think,
         f"r{THINK_END}"
         + tools(call("search", 1, argument("query", f"a{closer('argument')}b")))
@@ -383,7 +383,7 @@ def _table(rng: random.Random) -> Iterator[tuple[str, str, str, str, Mapping[str
         "i_k3_missing_type",
         "K3.values",
         "An argument without type (a string)",
-        FORMAT,
+        FORMAT_SOURCE,
         think,
         f"r{THINK_END}{tools(call('get_weather', 1, argument('city', '12', None)))}{MESSAGE_END}",
     )
@@ -391,7 +391,7 @@ def _table(rng: random.Random) -> Iterator[tuple[str, str, str, str, Mapping[str
         "i_k3_unknown_type",
         "K3.values",
         'type="integer": JSON when it decodes',
-        FORMAT,
+        FORMAT_SOURCE,
         think,
         answer(call("get_weather", 1, argument("city", "x"), argument("days", "7", "integer"))),
     )
@@ -399,7 +399,7 @@ def _table(rng: random.Random) -> Iterator[tuple[str, str, str, str, Mapping[str
         "i_k3_duplicate_key",
         "K3.values",
         "A key given twice",
-        FORMAT,
+        FORMAT_SOURCE,
         think,
         answer(call("get_weather", 1, argument("city", "a"), argument("city", "b"))),
     )
@@ -408,7 +408,7 @@ def _table(rng: random.Random) -> Iterator[tuple[str, str, str, str, Mapping[str
         "K3.truncation",
         "The output ends inside a call's string argument (max_tokens): the call is kept as "
         "far as it came, its value's text so far",
-        FORMAT,
+        FORMAT_SOURCE,
         think,
         f"r{THINK_END}{TOOLS_OPEN}{opener('call', {'tool': 'get_weather', 'index': '1'})}"
         + f"{opener('argument', {'key': 'city', 'type': 'string'})}Par",
@@ -428,7 +428,7 @@ def _table(rng: random.Random) -> Iterator[tuple[str, str, str, str, Mapping[str
         "n_k3_max_tokens_after_open",
         "K3.truncation",
         "The output ends right after <|open|>: the fragment is not content",
-        FORMAT,
+        FORMAT_SOURCE,
         think,
         f"r{THINK_END}{RESPONSE}Hi{RESPONSE_END}{OPEN}",
     )
@@ -436,7 +436,7 @@ def _table(rng: random.Random) -> Iterator[tuple[str, str, str, str, Mapping[str
         "n_k3_max_tokens_after_close",
         "K3.truncation",
         "The output ends right after <|close|>: the fragment is not content",
-        FORMAT,
+        FORMAT_SOURCE,
         off,
         f"Hi{CLOSE}",
     )
@@ -444,7 +444,7 @@ def _table(rng: random.Random) -> Iterator[tuple[str, str, str, str, Mapping[str
         "n_k3_max_tokens_before_sep",
         "K3.truncation",
         "The output ends in a tag name before its <|sep|>",
-        FORMAT,
+        FORMAT_SOURCE,
         think,
         f"r{THINK_END}{RESPONSE}Hi{RESPONSE_END}{OPEN}tools",
     )
@@ -452,7 +452,7 @@ def _table(rng: random.Random) -> Iterator[tuple[str, str, str, str, Mapping[str
         "n_k3_unclosed_tools_channel",
         "K3.truncation",
         "A complete call, then the output ends without <|close|>tools<|sep|>",
-        FORMAT,
+        FORMAT_SOURCE,
         think,
         f"r{THINK_END}{TOOLS_OPEN}{PARIS}",
     )
@@ -460,7 +460,7 @@ def _table(rng: random.Random) -> Iterator[tuple[str, str, str, str, Mapping[str
         "i_k3_call_without_tool",
         "K3.names",
         "A call without a tool attribute",
-        FORMAT,
+        FORMAT_SOURCE,
         think,
         f'r{THINK_END}{TOOLS_OPEN}{OPEN}call index="1"{SEP}{argument("city", "x")}'
         + f"{closer('call')}{TOOLS_END}{MESSAGE_END}",
@@ -469,7 +469,7 @@ def _table(rng: random.Random) -> Iterator[tuple[str, str, str, str, Mapping[str
         "i_k3_single_quoted_tool",
         "K3.names",
         "tool='get_weather' in single quotes",
-        FORMAT,
+        FORMAT_SOURCE,
         think,
         f"r{THINK_END}{TOOLS_OPEN}{OPEN}call tool='get_weather' index=\"1\"{SEP}"
         + f"{argument('city', 'x')}{closer('call')}{TOOLS_END}{MESSAGE_END}",
@@ -478,7 +478,7 @@ def _table(rng: random.Random) -> Iterator[tuple[str, str, str, str, Mapping[str
         "i_k3_response_after_tools",
         "K3.order",
         "A response channel after the tools channel",
-        FORMAT,
+        FORMAT_SOURCE,
         think,
         f"r{THINK_END}{tools(PARIS)}{RESPONSE}late{RESPONSE_END}{MESSAGE_END}",
     )
@@ -486,7 +486,7 @@ def _table(rng: random.Random) -> Iterator[tuple[str, str, str, str, Mapping[str
         "i_k3_two_tools_channels",
         "K3.order",
         "Two tools channels, one call each",
-        FORMAT,
+        FORMAT_SOURCE,
         think,
         f"r{THINK_END}{tools(PARIS)}{tools(OSLO)}{MESSAGE_END}",
     )
@@ -494,7 +494,7 @@ def _table(rng: random.Random) -> Iterator[tuple[str, str, str, str, Mapping[str
         "i_k3_text_outside_channels",
         "K3.order",
         "Text between the think closer and the response",
-        FORMAT,
+        FORMAT_SOURCE,
         think,
         f"r{THINK_END}pre{RESPONSE}Hi{RESPONSE_END}{MESSAGE_END}",
     )
@@ -502,7 +502,7 @@ def _table(rng: random.Random) -> Iterator[tuple[str, str, str, str, Mapping[str
         "i_k3_text_after_response_close",
         "K3.order",
         "Thinking off: text after the response closer",
-        FORMAT,
+        FORMAT_SOURCE,
         off,
         f"Hi{RESPONSE_END}after{MESSAGE_END}",
     )
@@ -510,7 +510,7 @@ def _table(rng: random.Random) -> Iterator[tuple[str, str, str, str, Mapping[str
         "i_k3_text_after_message_end",
         "K3.order",
         "Text after <|end_of_msg|>",
-        FORMAT,
+        FORMAT_SOURCE,
         think,
         f"r{THINK_END}{RESPONSE}Hi{RESPONSE_END}{MESSAGE_END}tail",
     )
@@ -520,7 +520,7 @@ def _table(rng: random.Random) -> Iterator[tuple[str, str, str, str, Mapping[str
         "y_k3_no_tools_answer",
         "K3.request",
         "No tools declared: reasoning and an answer",
-        FORMAT,
+        FORMAT_SOURCE,
         no_tools,
         f"r{THINK_END}{RESPONSE}Hi{RESPONSE_END}{MESSAGE_END}",
     )
@@ -528,7 +528,7 @@ def _table(rng: random.Random) -> Iterator[tuple[str, str, str, str, Mapping[str
         "y_k3_no_tools_thinking_off",
         "K3.request",
         "No tools declared, thinking off: an answer",
-        FORMAT,
+        FORMAT_SOURCE,
         {"thinking": False, "tools": ()},
         f"Hi{RESPONSE_END}{MESSAGE_END}",
     )
@@ -544,7 +544,7 @@ def _table(rng: random.Random) -> Iterator[tuple[str, str, str, str, Mapping[str
         "n_k3_no_tools_max_tokens_in_closer",
         "K3.truncation",
         "No tools declared, thinking off: the output ends inside the response closer's name",
-        FORMAT,
+        FORMAT_SOURCE,
         {"thinking": False, "tools": ()},
         f"Hi{CLOSE}resp",
     )
@@ -552,7 +552,7 @@ def _table(rng: random.Random) -> Iterator[tuple[str, str, str, str, Mapping[str
         "i_k3_response_reopened_thinking_off",
         "K3.order",
         "Thinking off: the model opens the response channel the prompt already opened",
-        FORMAT,
+        FORMAT_SOURCE,
         off,
         f"{RESPONSE}Hi{RESPONSE_END}{tools(PARIS)}{MESSAGE_END}",
     )
@@ -572,7 +572,7 @@ def _table(rng: random.Random) -> Iterator[tuple[str, str, str, str, Mapping[str
             f"y_k3_tool_choice_{label}",
             "K3.request",
             f"tool_choice {label}, thinking off: an empty response and the call",
-            FORMAT,
+            FORMAT_SOURCE,
             {"thinking": False, "tool_choice": choice},
             f"{RESPONSE_END}{tools(PARIS)}{MESSAGE_END}",
         )
@@ -603,7 +603,7 @@ def generate(seed: int = BASE_SEED) -> list[CompletionCase]:
                 None,
                 expected,
                 {"class": klass, "seed": seed},
-                family=FAMILY,
+                format=FORMAT,
             )
         )
     return cases

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-FAMILY = "k3"
+FORMAT = "k3"
 
 OPEN = "<|open|>"
 CLOSE = "<|close|>"

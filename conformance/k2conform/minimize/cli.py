@@ -183,7 +183,7 @@ def add_baseline_entries(path: Path, baseline: Any, case: Any) -> None:
             continue
         tasks = plan(
             [case], [name], planned_modes(adapter), None,
-            {name: adapter.request_options}, {name: adapter.families},
+            {name: adapter.request_options}, {name: adapter.formats},
         )  # fmt: skip
         for _, _, delivery in tasks:
             cells.append(run_cell(adapter, case, delivery, settings, availability))

@@ -83,6 +83,6 @@ def delivered_deltas(case: CaseSummary, cell: Cell, seed: int) -> tuple[Delta, .
         burst=dl.burst_of(cell.variant) or dl.DEFAULT_BURST,
         tool=dl.cutoff_tool(case.request.tool_names),
         spelled=case.spelled_markers,
-        family=case.family or mk.FAMILY,
+        format=case.format or mk.FORMAT,
     )
     return next((v.deltas for v in variants if v.label in (cell.variant, mode)), None)

@@ -315,21 +315,21 @@ def plan(
     modes: Sequence[str],
     adapter_modes: Mapping[str, Sequence[str]] | None = None,
     request_options: Mapping[str, Collection[str]] | None = None,
-    families: Mapping[str, Collection[str]] | None = None,
+    formats: Mapping[str, Collection[str]] | None = None,
 ) -> list[tuple[str, str, str]]:
     """The cells to run, longest outputs first so no long cell is left for the end; none
     that ``case_unfit`` rules out.  ``adapter_modes`` (when no mode was asked for) narrows
     each adapter to the modes it takes; ``request_options``: the server options each adapter
-    applies itself (``Adapter.request_options``); ``families``: the format families each
-    parses (``Adapter.families``, default K2 only): a case of another family is no cell of
+    applies itself (``Adapter.request_options``); ``formats``: the formats each
+    parses (``Adapter.formats``, default K2 only): a case of another family is no cell of
     that adapter."""
     options = request_options or {}
-    parses = families or {}
+    parses = formats or {}
     return [
         (case.id, adapter, mode)
         for case in sorted(cases, key=lambda c: -len(c.model_output))
         for adapter in adapters
-        if case.family in parses.get(adapter, ("k2",))
+        if case.format in parses.get(adapter, ("k2",))
         for mode in modes
         if case_unfit(case, mode, options.get(adapter, ())) is None
         and (adapter_modes is None or mode in adapter_modes.get(adapter, modes))
@@ -380,7 +380,7 @@ def run_matrix(
         modes,
         per_adapter,
         {n: a.request_options for n, a in adapters.items()},
-        {n: a.families for n, a in adapters.items()},
+        {n: a.formats for n, a in adapters.items()},
     )
     with _sigterm_interrupts():
         cells = pool.run(tasks)

@@ -52,7 +52,7 @@ def case_summary(case: CompletionCase) -> CaseSummary:
         tuple(case.deltas) if case.deltas else None,
         case.expected.to_json() if case.expected else None,
         tuple(case.spelled_markers),
-        case.family if case.family != mk.FAMILY else None,
+        case.format if case.format != mk.FORMAT else None,
     )
 
 

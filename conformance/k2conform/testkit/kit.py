@@ -88,7 +88,7 @@ class ConformanceKit:
         self._cases = {
             c.id: c
             for c in select_cases(load_corpus(root).completions, self.cases)
-            if c.family in self.adapter.families
+            if c.format in self.adapter.formats
         }
         self.settings = CellSettings(
             seed=self.seed, burst=self.burst, tokenizer=self.tokenizer, deadline=self.timeout

@@ -1,0 +1,80 @@
+"""The Kimi output formats, one record each: what the corpus, the verdict rule, the stand-in
+tokenizer and the deliveries need to know of a case's format (its ``format`` field), so that
+judging, running, gating and reporting never ask which format a case is.  A new format is a
+package (markers, reference parser, verdict rule, cases) plus one record here
+(docs/architecture.md, "Adding a format").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from k2conform import markers as mk
+from k2conform.k3 import markers as k3
+from k2conform.model import Request
+
+
+@dataclass(frozen=True)
+class Format:
+    name: str
+    #: The special tokens as text: where a marker the model wrote from ordinary pieces may start
+    #: (a case's ``spelled_markers``).
+    special_tokens: tuple[str, ...]
+    #: The stand-in tokenizer's ids for the special tokens it adds for this format (K2's are
+    #: its own vocabulary's).
+    standin_token_ids: Mapping[str, int]
+    #: The reference adapter: the oracle of this format's cases.
+    reference: str
+    #: ``stream-interleaved``'s partner stream: a short answer, then two complete calls of the
+    #: tool named.
+    partner: Callable[[str], str]
+    #: The verdict rule: the prefix an output gets for a request, and why it is not ``y``
+    #: (``spelled``: some marker is written from ordinary pieces).
+    verdict: Callable[[Request, str, bool], tuple[str, tuple[str, ...]]]
+
+
+def _k2_partner(tool: str) -> str:
+    calls = "".join(
+        f'{mk.CALL_BEGIN}functions.{tool}:{n}{mk.ARGUMENT_BEGIN}{{"city": "{city}"}}{mk.CALL_END}'
+        for n, city in enumerate(("Paris", "Rome"))
+    )
+    return f"Checking.{mk.SECTION_BEGIN}{calls}{mk.SECTION_END}"
+
+
+def _k3_partner(tool: str) -> str:
+    calls = "".join(
+        k3.opener("call", {"tool": tool, "index": str(n)})
+        + k3.opener("argument", {"key": "city", "type": "string"})
+        + city
+        + k3.closer("argument")
+        + k3.closer("call")
+        for n, city in enumerate(("Paris", "Rome"))
+    )
+    tools = k3.opener("tools") + calls + k3.closer("tools")
+    return "Checking." + k3.closer("think") + tools + k3.closer("message")
+
+
+def _k2_verdict(request: Request, output: str, spelled: bool) -> tuple[str, tuple[str, ...]]:
+    from k2conform.case.verdict import verdict  # the rule reads the reference parser's policies
+
+    found = verdict(request, output, spelled=spelled)
+    return found.prefix, found.reasons
+
+
+def _k3_verdict(request: Request, output: str, spelled: bool) -> tuple[str, tuple[str, ...]]:
+    from k2conform.k3.verdict import verdict  # no K3 case spells a marker yet
+
+    return verdict(request, output)
+
+
+FORMATS: dict[str, Format] = {
+    mk.FORMAT: Format(
+        mk.FORMAT, tuple(mk.SPECIAL_TOKEN_IDS), {}, "reference", _k2_partner, _k2_verdict
+    ),
+    k3.FORMAT: Format(
+        k3.FORMAT, k3.MARKERS, k3.STANDIN_TOKEN_IDS, "reference-k3", _k3_partner, _k3_verdict
+    ),
+}
+#: The format of a case that names none.
+DEFAULT = mk.FORMAT
