@@ -24,15 +24,11 @@ def pytest_collection_modifyitems(config, items):
     """One xdist group per file (``--dist loadgroup`` then sends files to workers whole, as
     ``loadfile`` would), except in a file that sets ``SPREAD_ACROSS_WORKERS = True``: its
     tests share nothing costly and go to whichever worker is free (test_more_parsers: one
-    subprocess per environment, 7 minutes on one worker).  Files that set ``RUN_FIRST`` come
-    first."""
+    subprocess per environment, 7 minutes on one worker)."""
     for item in items:
         module = getattr(item, "module", None)
         if module is not None and not getattr(module, "SPREAD_ACROSS_WORKERS", False):
             item.add_marker(pytest.mark.xdist_group(module.__name__))
-    # xdist hands out groups in this order: a file that sets ``RUN_FIRST = True`` (the lanes'
-    # longest group, the real servers' run) starts first, not last beside an idle worker.
-    items.sort(key=lambda item: not getattr(getattr(item, "module", None), "RUN_FIRST", False))
 
 
 def pytest_configure(config):

@@ -172,20 +172,3 @@ def test_only_files_without_a_shared_fixture_are_spread_across_workers():
     for path in spread:
         assert not re.search(r'scope="(module|session)"', path.read_text()), path.name
 
-
-def test_the_longest_group_is_handed_out_first():
-    """xdist hands out groups in collection order: the real servers' run (about 6 minutes,
-    one group) collected last would start last, beside an idle worker."""
-    ran = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"]
-        + ["tests/test_lanes.py", "tests/test_vllm_server.py"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    collected = [line for line in ran.stdout.splitlines() if "::" in line]
-    assert ran.returncode == 0 and collected, ran.stdout[-3000:]
-    first = [line.split("::")[0] for line in collected]
-    servers = first.count("tests/test_vllm_server.py")
-    assert servers and first[:servers] == ["tests/test_vllm_server.py"] * servers, first
