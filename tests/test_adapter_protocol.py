@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from k2conform.delivery import modes as dl
+from k2conform.delivery import modes
 from k2conform.case.corpus import load_corpus
 from k2conform.adapter.contract import Adapter
 from k2conform.adapter.harness import execute
@@ -151,7 +151,7 @@ def test_serve_adapter_reference_round_trips_identical_results(served_and_local,
     cases = load_corpus().completions
     assert any(c.id.startswith("y_spec_") for c in cases)
     for case in cases:
-        for delivery in dl.deliveries(case.model_output, mode, tokenizer):
+        for delivery in modes.deliveries(case.model_output, mode, tokenizer):
             got = execute(remote, case.request, delivery)
             want = execute(local, case.request, delivery)
             assert _comparable(got) == _comparable(want), case.id

@@ -14,7 +14,7 @@ from k2conform.adapter.contract import Adapter, stream_steps
 from k2conform.adapter.harness import execute, interleave
 from k2conform.adapter.registry import create_adapter, default_adapter_names
 from k2conform.case.corpus import load_case
-from k2conform.delivery import modes as dl
+from k2conform.delivery import modes
 from k2conform.delivery.tokenizer import load_tokenizer
 from k2conform.model import CellOutcome, Delta, Request, StreamEvent
 from k2conform.reference.parser import ReferenceParser
@@ -35,20 +35,20 @@ def _request(*tools: str) -> Request:
 
 
 def test_coalesced_deltas_merge_1_to_8_tokens_drawn_from_the_recorded_seed():
-    text = dl.engine_output(TWO_CALLS.model_output)
+    text = modes.engine_output(TWO_CALLS.model_output)
     spans = TOKENIZER.tokenize_spans(text)
-    variants = dl.deliveries(text, "stream-coalesced", TOKENIZER, seed=11)
-    assert [v.seed for v in variants] == [11 + k for k in range(dl.COALESCED_VARIANTS)]
+    variants = modes.deliveries(text, "stream-coalesced", TOKENIZER, seed=11)
+    assert [v.seed for v in variants] == [11 + k for k in range(modes.COALESCED_VARIANTS)]
     assert [v.label for v in variants] == [f"stream-coalesced[seed={v.seed}]" for v in variants]
     for delivery in variants:
         sizes = [len(d.token_ids) for d in delivery.deltas]
-        assert all(1 <= n <= dl.MOST_COALESCED for n in sizes) and max(sizes) > 1
+        assert all(1 <= n <= modes.MOST_COALESCED for n in sizes) and max(sizes) > 1
         assert [i for d in delivery.deltas for i in d.token_ids] == [i for i, _ in spans]
         assert "".join(d.text for d in delivery.deltas) == text
-    again = dl.deliveries(text, "stream-coalesced", TOKENIZER, seed=11)
+    again = modes.deliveries(text, "stream-coalesced", TOKENIZER, seed=11)
     assert again == variants  # the seed alone reproduces a cell
     assert len({v.deltas for v in variants}) == len(variants)  # three draws, not one
-    assert "stream-coalesced" in dl.SEEDED_MODES and "stream-coalesced" in dl.OPT_IN_MODES
+    assert "stream-coalesced" in modes.SEEDED_MODES and "stream-coalesced" in modes.OPT_IN_MODES
 
 
 class _OneTokenAtATime(ReferenceAdapter):
@@ -166,7 +166,7 @@ class _DepthReporting(ReferenceAdapter):
 
 
 def test_a_stream_is_stepped_at_the_same_depth_alone_as_beside_another():
-    (delivery,) = dl.deliveries("Hi", "stream-interleaved", TOKENIZER)
+    (delivery,) = modes.deliveries("Hi", "stream-interleaved", TOKENIZER)
     result = execute(_DepthReporting(), Request(), delivery)
     assert result.outcome == "ok"
     assert not [v for v in result.meta["stream_violations"] if v["kind"] == "cross-stream"]
@@ -175,10 +175,10 @@ def test_a_stream_is_stepped_at_the_same_depth_alone_as_beside_another():
 @pytest.mark.parametrize("format", sorted(FORMATS))
 def test_the_partner_is_two_calls_of_the_cases_first_tool_in_its_format(format):
     """Each format's partner stream (``k2conform.formats``), as its own reference reads it."""
-    (delivery,) = dl.deliveries(
+    (delivery,) = modes.deliveries(
         "Hi", "stream-interleaved", TOKENIZER, tool="read_file", format=format
     )
-    assert delivery.deltas == dl.deliveries("Hi", "stream-token", TOKENIZER)[0].deltas
+    assert delivery.deltas == modes.deliveries("Hi", "stream-token", TOKENIZER)[0].deltas
     assert all(len(d.token_ids) == 1 for d in delivery.partner)
     partner = "".join(d.text for d in delivery.partner)
     adapter = create_adapter(FORMATS[format].reference)
@@ -206,10 +206,10 @@ class _WholeOnly(Adapter):
 def test_only_an_adapter_that_opens_streams_takes_the_interleaved_mode():
     whole_only = _WholeOnly()
     assert not whole_only.opens_streams
-    assert "stream-interleaved" not in dl.adapter_modes(whole_only)
+    assert "stream-interleaved" not in modes.adapter_modes(whole_only)
     cell = run_cell(whole_only, TWO_CALLS, "stream-interleaved", SETTINGS)
     assert cell.outcome == CellOutcome.UNAVAILABLE
-    (delivery,) = dl.deliveries(TWO_CALLS.model_output, "stream-interleaved", TOKENIZER)
+    (delivery,) = modes.deliveries(TWO_CALLS.model_output, "stream-interleaved", TOKENIZER)
     result = execute(whole_only, TWO_CALLS.request, delivery)
     assert result.outcome == "unavailable" and "opens no stream" in (result.error or "")
 
@@ -221,9 +221,9 @@ def test_the_in_process_parsers_open_streams(name):
     assert name in default_adapter_names() or name.endswith("-k3")
     adapter = create_adapter(name)
     assert adapter.opens_streams
-    assert "stream-interleaved" in dl.adapter_modes(adapter)
-    assert "stream-interleaved" not in dl.planned_modes(adapter)
-    assert "stream-interleaved" in dl.planned_modes(adapter, ("stream-interleaved",))
+    assert "stream-interleaved" in modes.adapter_modes(adapter)
+    assert "stream-interleaved" not in modes.planned_modes(adapter)
+    assert "stream-interleaved" in modes.planned_modes(adapter, ("stream-interleaved",))
 
 
 # -- server-concurrent ------------------------------------------------------------------------
@@ -235,7 +235,7 @@ class _ServerLike(ReferenceAdapter):
     with ``stop`` (vllm-project/vllm#54701's symptom)."""
 
     name = "server-like"
-    delivery_modes = dl.SERVER_MODES
+    delivery_modes = modes.SERVER_MODES
 
     def __init__(self, loses_calls: bool):
         import threading
@@ -265,11 +265,11 @@ class _ServerLike(ReferenceAdapter):
 
 
 def test_server_concurrent_sends_the_copies_at_once_and_holds_each_to_the_one_alone():
-    (delivery,) = dl.deliveries(TWO_CALLS.model_output, "server-concurrent", TOKENIZER)
-    assert delivery.copies == dl.CONCURRENT_STREAMS and "server-concurrent" in dl.OPT_IN_MODES
+    (delivery,) = modes.deliveries(TWO_CALLS.model_output, "server-concurrent", TOKENIZER)
+    assert delivery.copies == modes.CONCURRENT_STREAMS and "server-concurrent" in modes.OPT_IN_MODES
     sound = _ServerLike(loses_calls=False)
     result = execute(sound, TWO_CALLS.request, delivery)
-    assert sound.most_in_flight == dl.CONCURRENT_STREAMS  # the barrier: all in flight at once
+    assert sound.most_in_flight == modes.CONCURRENT_STREAMS  # the barrier: all in flight at once
     assert not result.meta["stream_violations"] and len(result.tool_calls) == 2
     cell = run_cell(sound, TWO_CALLS, "server-concurrent", SETTINGS)
     assert cell.outcome == CellOutcome.AGREE
@@ -281,7 +281,7 @@ def test_calls_lost_only_beside_other_requests_are_an_isolation_difference():
     cell = run_cell(crowded, TWO_CALLS, "server-concurrent", SETTINGS)
     assert cell.outcome == CellOutcome.DIFFERS
     isolation = [d.observed for d in cell.diffs if d.field == "isolation"]
-    assert len(isolation) == dl.CONCURRENT_STREAMS
-    assert isolation[0].startswith(f"stream 1 of {dl.CONCURRENT_STREAMS}: count 0 beside")
+    assert len(isolation) == modes.CONCURRENT_STREAMS
+    assert isolation[0].startswith(f"stream 1 of {modes.CONCURRENT_STREAMS}: count 0 beside")
     assert "finish_reason 'stop' beside the others, 'tool_calls' alone" in isolation[0]
     assert cell.observed.tool_calls == ()  # the result is what the losing client saw

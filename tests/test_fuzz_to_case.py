@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from k2conform import markers as mk
+from k2conform import markers
 from k2conform.model import Request
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -23,8 +23,8 @@ REQUEST = Request(tools=(TOOL,), thinking=True)
 #: A stray think closer (vLLM keeps one in content: content-drift) before a call whose
 #: arguments are not JSON (the verdict rule makes the case ``n_``).
 BAD_CALL = (
-    f"{mk.SECTION_BEGIN}{mk.CALL_BEGIN}functions.get_weather:0{mk.ARGUMENT_BEGIN}"
-    f'{{"city": }}{mk.CALL_END}{mk.SECTION_END}'
+    f"{markers.SECTION_BEGIN}{markers.CALL_BEGIN}functions.get_weather:0{markers.ARGUMENT_BEGIN}"
+    f'{{"city": }}{markers.CALL_END}{markers.SECTION_END}'
 )
 TEXT = "a</think>b</think>" + BAD_CALL
 
@@ -76,8 +76,10 @@ def test_the_minimiser_keeps_the_differing_fields_the_fuzz_kind_alone_loses(engi
     request = Request(tools=(bash,), thinking=True)
     text = (
         "Sure.<think>The user wants a greeting.</think>Hello!"
-        f'{mk.SECTION_BEGIN}{mk.CALL_BEGIN}functions.bash:0{mk.ARGUMENT_BEGIN}{{"command": "ls"}}'
-        f'functions.bash:1{mk.ARGUMENT_BEGIN}{{"command": "pwd"}}{mk.CALL_END}{mk.SECTION_END}'
+        f"{markers.SECTION_BEGIN}{markers.CALL_BEGIN}functions.bash:0{markers.ARGUMENT_BEGIN}"
+        '{"command": "ls"}'
+        f'functions.bash:1{markers.ARGUMENT_BEGIN}{{"command": "pwd"}}'
+        f"{markers.CALL_END}{markers.SECTION_END}"
     )  # n_struct_missing_call_begin_no_spaces after y_think_prose_before_then_answer
     found = minimize_input(engine, request, text, "whole", None, "vllm:wrong-arguments")
     held = found[3].engine

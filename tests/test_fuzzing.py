@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from k2conform import markers as mk
+from k2conform import markers
 from k2conform.fuzzing import mutator as mu
 from k2conform.fuzzing.envelope import (
     DECLARE_TOOLS,
@@ -33,7 +33,13 @@ from k2conform.testkit.strategies import completions
 from entry_points import K2CONFORM
 
 ROOT = Path(__file__).resolve().parent.parent
-SB, SE, TB, AB, TE = mk.SECTION_BEGIN, mk.SECTION_END, mk.CALL_BEGIN, mk.ARGUMENT_BEGIN, mk.CALL_END
+SB, SE, TB, AB, TE = (
+    markers.SECTION_BEGIN,
+    markers.SECTION_END,
+    markers.CALL_BEGIN,
+    markers.ARGUMENT_BEGIN,
+    markers.CALL_END,
+)
 ONE_CALL = f'Sure.{SB}{TB}functions.get_weather:0{AB}{{"city": "Paris"}}{TE}{SE}'
 TWO_CALLS = f'{SB}{TB}functions.a:0{AB}{{"x": 1}}{TE}{TB}functions.b.c:1{AB}{{"y": [2]}}{TE}{SE}'
 
@@ -291,7 +297,7 @@ def test_a_target_that_sends_no_token_ids_gets_no_spelled_marker():
 
 def test_dictionary_file_is_the_generated_one():
     assert (ROOT / "fuzz" / "kimi_k2.dict").read_text(encoding="utf-8") == dictionary_text()
-    for marker in mk.TOOL_MARKERS + (mk.THINK_BEGIN, mk.THINK_END):
+    for marker in markers.TOOL_MARKERS + (markers.THINK_BEGIN, markers.THINK_END):
         assert f'"{marker}"' in dictionary_text()
 
 
@@ -808,7 +814,7 @@ def test_a_finding_past_the_end_of_turn_is_a_case_that_loads(tmp_path):
     from k2conform.fuzzing.differential import Observation, finding_case, write_case_file
     from k2conform.model import Request
 
-    text = f"Hi.{mk.IM_END}after the turn"
+    text = f"Hi.{markers.IM_END}after the turn"
     delivered = ("H", "i.")
     observation = Observation(
         "stream-char", Result(content="Hi."), "vllm:extra-call", {"vllm": ("extra-call",)}, {},
@@ -1017,7 +1023,7 @@ def test_the_fuzzer_delivers_an_input_as_the_matrix_delivers_its_case(mode):
     """A finding's case file is judged by the matrix (``judge_finding``): the fuzzer must have
     made the same deliveries, the prelude and the partner calling the first declared tool."""
     from k2conform.case.corpus import CompletionCase
-    from k2conform.delivery import modes as dl
+    from k2conform.delivery import modes
     from k2conform.fuzzing.differential import FUZZ_MODES, Differential
     from k2conform.model import Request
 
@@ -1025,8 +1031,8 @@ def test_the_fuzzer_delivers_an_input_as_the_matrix_delivers_its_case(mode):
     request = Request(tools=({"type": "function", "function": {"name": "read_file"}},))
     text = f"Hi{SB}{TB}functions.read_file:0{AB}{{}}{TE}{SE}"
     case = CompletionCase("i_x", "", (), "test", request, text, None, None)
-    matrix = dl.deliveries(
-        text, mode, engine.tokenizer, tool=dl.cutoff_tool(case.request.tool_names)
+    matrix = modes.deliveries(
+        text, mode, engine.tokenizer, tool=modes.cutoff_tool(case.request.tool_names)
     )
     assert engine.deliveries(request, text, mode) == matrix
     assert "read_file" in (matrix[0].variant or "read_file")

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from lanes import missing
 
-from k2conform import markers as mk
+from k2conform import markers
 from k2conform.case.corpus import load_case
-from k2conform.delivery import modes as dl
+from k2conform.delivery import modes
 from k2conform.case.samples import sample_id, source_of
 from k2conform.grammar.check import OUTSIDE_REQUEST, Job, generated_calls, run_job
 from k2conform.grammar.cli import ENVIRONMENTS
@@ -60,13 +60,13 @@ TIME = {
     },
 }
 SPEC_CALL = (
-    mk.SECTION_BEGIN
-    + mk.CALL_BEGIN
+    markers.SECTION_BEGIN
+    + markers.CALL_BEGIN
     + "functions.get_weather:0"
-    + mk.ARGUMENT_BEGIN
+    + markers.ARGUMENT_BEGIN
     + '{"city": "Paris"}'
-    + mk.CALL_END
-    + mk.SECTION_END
+    + markers.CALL_END
+    + markers.SECTION_END
 )
 
 
@@ -104,7 +104,7 @@ def test_vllm_constrains_required_not_auto_and_leaves_non_strict_arguments_free(
     assert vllm.structural_tag(Request(tools=(WEATHER,), tool_choice="auto")) is None
     tag = json.loads(vllm.structural_tag(Request(tools=(WEATHER,), tool_choice="required")))
     text = json.dumps(tag)
-    assert f'"begin": "{mk.CALL_BEGIN}functions.get_weather:"' in text
+    assert f'"begin": "{markers.CALL_BEGIN}functions.get_weather:"' in text
     assert '"json_schema": true' in text and '"at_least_one": true' in text
 
 
@@ -120,7 +120,7 @@ def test_the_grammar_accepts_the_spec_call_and_says_where_it_rejects(vllm):
     assert grammar.rejection(SPEC_CALL) is None
     assert grammar.rejection("Sure." + SPEC_CALL).startswith("rejected at character 0 ('S'")
     assert (
-        grammar.rejection(SPEC_CALL[: -len(mk.SECTION_END)])
+        grammar.rejection(SPEC_CALL[: -len(markers.SECTION_END)])
         == "rejected: the grammar needs more after the end"
     )
     named = Request(
@@ -145,7 +145,7 @@ def test_walks_stay_in_the_grammar_and_decode_as_the_reference_parses_them(engin
     walks = [grammar.sample(rng) for _ in range(40)]
     reference = ReferenceAdapter()
     for text in walks:
-        assert grammar.rejection(text) is None, mk.visible(text)
+        assert grammar.rejection(text) is None, markers.visible(text)
         calls = generated_calls(text)
         parsed = reference.parse_whole(request, Delta(text)).tool_calls
         assert [(c.id, c.name, c.arguments) for c in calls] == [
@@ -185,8 +185,8 @@ def test_kimi_k3_cases_go_through_vllms_k3_tag_and_parser_without_walks():
 
     k3_cases = [c for c in constrainable_cases(None, ["*k3*"]) if c.format == "k3"]
     assert {c.id for c in k3_cases} >= {"y_k3_tool_choice_required", "y_k3_tool_choice_named"}
-    assert dl.GRAMMAR_ENGINES["vllm"]["k3"] == VllmK3Adapter.name
-    assert dl.grammar_engine(VllmK3Adapter.name) == "vllm"
+    assert modes.GRAMMAR_ENGINES["vllm"]["k3"] == VllmK3Adapter.name
+    assert modes.grammar_engine(VllmK3Adapter.name) == "vllm"
     adapter = VllmK3Adapter()
     required = k3_cases[0].request
     assert adapter.structural_tag(replace(required, tool_choice="auto")) is None
@@ -209,24 +209,24 @@ def test_kimi_k3_cases_go_through_vllms_k3_tag_and_parser_without_walks():
 
 def test_generated_calls_keep_marker_text_inside_strings():
     text = (
-        mk.SECTION_BEGIN
-        + mk.CALL_BEGIN
+        markers.SECTION_BEGIN
+        + markers.CALL_BEGIN
         + "functions.a.b:3"
-        + mk.ARGUMENT_BEGIN
+        + markers.ARGUMENT_BEGIN
         + '{"q": "x'
-        + mk.CALL_END
+        + markers.CALL_END
         + 'y"}'
-        + mk.CALL_END
-        + mk.CALL_BEGIN
+        + markers.CALL_END
+        + markers.CALL_BEGIN
         + "functions.c:4"
-        + mk.ARGUMENT_BEGIN
+        + markers.ARGUMENT_BEGIN
         + "[1]"
-        + mk.CALL_END
-        + mk.SECTION_END
+        + markers.CALL_END
+        + markers.SECTION_END
     )
     calls = generated_calls(text)
     assert [(c.id, c.name, c.arguments) for c in calls] == [
-        ("functions.a.b:3", "a.b", '{"q": "x' + mk.CALL_END + 'y"}'),
+        ("functions.a.b:3", "a.b", '{"q": "x' + markers.CALL_END + 'y"}'),
         ("functions.c:4", "c", "[1]"),
     ]
 
@@ -260,12 +260,12 @@ def test_a_grammar_findings_reproduction_command_draws_it_again():
     sample = sample_id("sglang", 6, "y_grammar_required_strict_schema")
     assert source_of(sample) == "y_grammar_required_strict_schema"
     assert source_of("n_grammar_required_no_call") == "n_grammar_required_no_call"
-    cell = Cell(sample, "sglang", dl.GRAMMAR_MODE, CellOutcome.DIFFERS)
+    cell = Cell(sample, "sglang", modes.GRAMMAR_MODE, CellOutcome.DIFFERS)
     assert repro_command(cell, 5) == (
         "k2conform grammar --engine sglang --case y_grammar_required_strict_schema --seed 5"
     )
     # a K3 case's cell is its engine's K3 adapter's: the command names the engine
-    k3 = Cell("y_k3_tool_choice_required", "vllm-k3", dl.GRAMMAR_MODE, CellOutcome.DIFFERS)
+    k3 = Cell("y_k3_tool_choice_required", "vllm-k3", modes.GRAMMAR_MODE, CellOutcome.DIFFERS)
     assert repro_command(k3, 5) == (
         "k2conform grammar --engine vllm --case y_k3_tool_choice_required --seed 5"
     )
@@ -336,7 +336,7 @@ def test_class_b_reproduced_with_each_engines_pinned_xgrammar(tmp_path, sglang):
             )
         case = load_case(GRAMMAR_CASES / f"{case_id}.json")
         assert sglang.parse_whole(case.request, Delta(case.model_output)).tool_calls == ()
-        deltas = dl.deliveries(case.model_output, "stream-token", _tokenizer())[0].deltas
+        deltas = modes.deliveries(case.model_output, "stream-token", _tokenizer())[0].deltas
         streamed = [e for e in sglang.parse_stream(case.request, deltas) if e.tool_calls]
         assert (
             "".join(d.arguments or "" for e in streamed for d in e.tool_calls)
@@ -361,7 +361,7 @@ def test_the_grammar_lane_passes_its_baseline_and_joins_the_matrix_as_a_column(t
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     document = json.loads(out.read_text())
-    assert document["modes"] == [dl.GRAMMAR_MODE] and document["gate"]["passed"]
+    assert document["modes"] == [modes.GRAMMAR_MODE] and document["gate"]["passed"]
     assert document["gate"]["baselined"] > 0 and document["gate"]["new"] == 0
     by_engine = {a["name"]: a for a in document["adapters"]}
     assert set(by_engine) == {"vllm", "sglang", "vllm-k3"}  # K3 cases go to vLLM's K3 adapter
@@ -389,7 +389,7 @@ def test_the_grammar_lane_passes_its_baseline_and_joins_the_matrix_as_a_column(t
     )
     assert joined.returncode == 1, joined.stderr  # findings in both columns, and no baseline given
     merged_document = json.loads(merged.read_text())
-    assert merged_document["modes"] == ["whole", dl.GRAMMAR_MODE]
+    assert merged_document["modes"] == ["whole", modes.GRAMMAR_MODE]
     assert merged_document["inventory"]["run"] == len(merged_document["cells"])
     assert "| whole | grammar |" in (tmp_path / "m.md").read_text()
     clash = k2conform("merge", str(out), str(out))

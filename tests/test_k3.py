@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from k2conform.case.corpus import load_corpus
-from k2conform.delivery import modes as dl
+from k2conform.delivery import modes
 from k2conform.delivery.tokenizer import load_tokenizer
 from k2conform.k3 import cases
 from k2conform.k3.parser import POLICIES, parse
@@ -44,7 +44,8 @@ def _whole(adapter_name: str, case_id: str):
     case = BY_ID[case_id]
     adapter = create_adapter(adapter_name)
     ids = load_tokenizer().encode(case.model_output)
-    return adapter.parse_whole(case.request, Delta(dl.engine_output(case.model_output), tuple(ids)))
+    output = modes.engine_output(case.model_output)
+    return adapter.parse_whole(case.request, Delta(output, tuple(ids)))
 
 
 @pytest.mark.parametrize("adapter", ["vllm-k3", "sglang-k3"])
@@ -71,7 +72,7 @@ def _streamed(adapter_name: str, case_id: str):
     from k2conform.adapter.registry import create_adapter
 
     case = BY_ID[case_id]
-    (delivery,) = dl.deliveries(
+    (delivery,) = modes.deliveries(
         case.model_output, "stream-token", load_tokenizer(), format=case.format
     )
     return case, delivery, create_adapter(adapter_name).parse_stream(case.request, delivery.deltas)

@@ -18,11 +18,17 @@ import textwrap
 
 import pytest
 
-from k2conform import markers as mk
+from k2conform import markers
 from k2conform.adapter.contract import AdapterGlueError
 from k2conform.model import Delta, Request, StreamEvent, join_text
 
-SB, SE, TB, AB, TE = mk.SECTION_BEGIN, mk.SECTION_END, mk.CALL_BEGIN, mk.ARGUMENT_BEGIN, mk.CALL_END
+SB, SE, TB, AB, TE = (
+    markers.SECTION_BEGIN,
+    markers.SECTION_END,
+    markers.CALL_BEGIN,
+    markers.ARGUMENT_BEGIN,
+    markers.CALL_END,
+)
 
 WEATHER = {
     "type": "function",

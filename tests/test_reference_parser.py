@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from k2conform import markers as mk
+from k2conform import markers
 from k2conform.bench.scaling import fit_exponent
 from k2conform.case.corpus import load_corpus
 from k2conform.model import Request
@@ -94,10 +94,10 @@ def test_marker_bytes_reach_arguments_only_inside_json_strings(generated, data):
     result, events = stream(generated.text, data.draw(chunkings(generated.text)), generated.request)
     for event in events:
         if event is not None and event.content:
-            assert not any(m in event.content for m in mk.LEAK_MARKERS)
+            assert not any(m in event.content for m in markers.LEAK_MARKERS)
     for call in result.tool_calls:
         outside_strings = _strip_json_strings(call.arguments)
-        assert not any(m in outside_strings for m in mk.LEAK_MARKERS)
+        assert not any(m in outside_strings for m in markers.LEAK_MARKERS)
 
 
 def _strip_json_strings(text: str) -> str:
@@ -155,7 +155,7 @@ def test_total_work_is_linear_no_rescans_per_delta(generated, data):
         parser.feed(delta)
     parser.finish()
     longest_marker = max(
-        len(m) for m in reference._STATE_MARKERS[reference.State.ARGS] + (mk.THINK_END,)
+        len(m) for m in reference._STATE_MARKERS[reference.State.ARGS] + (markers.THINK_END,)
     )
     assert sum(seen) <= len(generated.text) + longest_marker * (len(deltas) + 1)
 
@@ -259,7 +259,7 @@ def test_force_nonempty_content_gives_reasoning_only_replies_content_at_every_sp
     else:
         assert observable(result) == observable(expected)
         # only a section that holds no call (its markers are in the text) answers such a reply
-        sections = (mk.SECTION_BEGIN, mk.SECTION_BEGIN_SINGULAR, mk.CALL_BEGIN)
+        sections = (markers.SECTION_BEGIN, markers.SECTION_BEGIN_SINGULAR, markers.CALL_BEGIN)
         assert not reasoning_only or any(m in generated.text for m in sections)
     assert observable(assemble(events).result) == observable(result)
 

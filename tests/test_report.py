@@ -547,7 +547,7 @@ def test_a_stream_after_cutoff_example_shows_the_deltas_of_its_own_prelude_tool(
     carry the request (without it the label would name the default tool and no deltas show)."""
     from k2conform.adapter.registry import create_adapter
     from k2conform.case.corpus import load_corpus
-    from k2conform.delivery import modes as dl
+    from k2conform.delivery import modes
     from k2conform.delivery.tokenizer import load_tokenizer
     from k2conform.report.findings import delivered_deltas
     from k2conform.run.cell import CellSettings, run_cell
@@ -555,15 +555,15 @@ def test_a_stream_after_cutoff_example_shows_the_deltas_of_its_own_prelude_tool(
 
     case = next(c for c in load_corpus().completions if c.id == "i_id_bare_counter_parallel")
     first_tool = case.request.tools[0]["function"]["name"]
-    assert first_tool != dl.CUTOFF_TOOL
+    assert first_tool != modes.CUTOFF_TOOL
     settings = CellSettings(seed=7)
     cell = run_cell(create_adapter("reference"), case, "stream-after-cutoff", settings)
     assert cell.variant == f"stream-after-cutoff[after {first_tool}]"
-    (delivered,) = dl.deliveries(
+    (delivered,) = modes.deliveries(
         case.model_output,
         "stream-after-cutoff",
         load_tokenizer(None),
-        seed=dl.case_seed(7, case.id),
+        seed=modes.case_seed(7, case.id),
         tool=first_tool,
     )
     assert delivered_deltas(case_summary(case), cell, 7) == delivered.deltas

@@ -20,7 +20,7 @@ from lanes import missing
 
 from k2conform.adapter.harness import execute
 from k2conform.adapter.registry import create_adapter, load
-from k2conform.delivery import modes as dl
+from k2conform.delivery import modes
 from k2conform.delivery.tokenizer import load_tokenizer
 from k2conform.errors import HarnessError
 from k2conform.judge.compare import compare_results
@@ -98,7 +98,7 @@ def served():
         adapter.close()
 
 
-def _adapter_message(driver: str, served: dict, case, delivery: dl.Delivery) -> dict:
+def _adapter_message(driver: str, served: dict, case, delivery: modes.Delivery) -> dict:
     """What the k2conform adapter returns on the same delivery."""
     name, venv = DRIVERS[driver]
     if venv is None:
@@ -137,11 +137,11 @@ def test_the_script_reproduces_a_finding_and_not_an_agreeing_case(
 ):
     python = _python(driver)
     case = next(c for c in corpus.completions if c.id == case_id)
-    (delivery,) = dl.deliveries(
+    (delivery,) = modes.deliveries(
         case.model_output,
         mode,
         load_tokenizer(),
-        seed=dl.case_seed(dl.DEFAULT_SEED, case.id),
+        seed=modes.case_seed(modes.DEFAULT_SEED, case.id),
         recorded=case.deltas,
     )
     script = create_adapter(DRIVERS[driver][0]).repro_script(

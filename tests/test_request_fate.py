@@ -16,7 +16,7 @@ from k2conform.adapter import ParserCrash, RequestRefused, call_parser
 from k2conform.adapter.harness import guarded
 from k2conform.adapter.registry import create_adapter
 from k2conform.case.corpus import CorpusError, case_from_json, load_corpus
-from k2conform.delivery import modes as dl
+from k2conform.delivery import modes
 from k2conform.delivery.tokenizer import load_tokenizer
 from k2conform.grammar.check import Job, run_job
 from k2conform.judge.cell import judge_result
@@ -137,10 +137,10 @@ def test_request_level_cases_are_planned_in_the_server_modes_only(cases):
     release lanes' inputs (.ci/lanes.py) leave corpus/requests out."""
     assert len(cases) >= 10 and all(c.request_level for c in cases.values())
     names = ("reference", "vllm", "sglang", "vllm-server")
-    per_adapter = {n: dl.adapter_modes(create_adapter(n)) for n in names}
-    cells = plan(list(cases.values()), names, tuple(dl.MODES), per_adapter)
+    per_adapter = {n: modes.adapter_modes(create_adapter(n)) for n in names}
+    cells = plan(list(cases.values()), names, tuple(modes.MODES), per_adapter)
     assert {adapter for _, adapter, _ in cells} == {"vllm-server"}
-    assert {mode for _, _, mode in cells} == set(dl.SERVER_MODES)
+    assert {mode for _, _, mode in cells} == set(modes.SERVER_MODES)
     reason = case_unfit(cases["y_request_schema_id_keyword"], "whole")
     assert reason is not None and "request-level" in reason
 
@@ -261,7 +261,7 @@ def test_the_request_before_is_sent_first_with_its_own_tools_and_its_refusal_ign
     monkeypatch.setattr(vllm_server.VllmServerAdapter, "_whole", whole)
     monkeypatch.delenv(vllm_server.env_name("vllm-server", "MEMO"), raising=False)
     adapter = vllm_server.VllmServerAdapter()
-    (delivery,) = dl.deliveries(case.model_output, "server-whole", load_tokenizer())
+    (delivery,) = modes.deliveries(case.model_output, "server-whole", load_tokenizer())
     result = adapter.parse_whole(case.request, delivery.deltas[0])
     assert result.tool_calls == case.expected.tool_calls
     earlier, own = sent

@@ -13,7 +13,7 @@ import sys
 import textwrap
 
 import pytest
-from k2conform import markers as mk
+from k2conform import markers
 from k2conform.judge.compare import compare_results
 from k2conform.delivery.modes import deliveries
 from k2conform.adapter.harness import execute
@@ -34,8 +34,8 @@ WEATHER = {
     },
 }
 SINGLE = (
-    f"{mk.SECTION_BEGIN}{mk.CALL_BEGIN}functions.get_weather:0{mk.ARGUMENT_BEGIN}"
-    f'{{"city": "Paris"}}{mk.CALL_END}{mk.SECTION_END}'
+    f"{markers.SECTION_BEGIN}{markers.CALL_BEGIN}functions.get_weather:0{markers.ARGUMENT_BEGIN}"
+    f'{{"city": "Paris"}}{markers.CALL_END}{markers.SECTION_END}'
 )
 
 
@@ -85,7 +85,8 @@ def test_the_real_handler_ran(adapter, tokenizer):
     _, manager, _ = adapter._servers[False]
     prompt = manager.tokenizer.decode(manager.last_request.input_ids)
     assert (
-        prompt.startswith(f"{mk.IM_SYSTEM}tool_declare{mk.IM_MIDDLE}") and "get_weather" in prompt
+        prompt.startswith(f"{markers.IM_SYSTEM}tool_declare{markers.IM_MIDDLE}")
+        and "get_weather" in prompt
     )
 
 

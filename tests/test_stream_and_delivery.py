@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from k2conform import markers as mk
+from k2conform import markers
 from k2conform.delivery.modes import MODES, TOKEN_ALIGNED_MODES, case_seed, deliveries
 from k2conform.model import (
     Delta,
@@ -40,7 +40,7 @@ def test_client_reassembly_keeps_first_id_and_name_and_concatenates_arguments():
 
 def test_stream_invariant_violations_are_reported():
     events = [
-        StreamEvent(content="x" + mk.CALL_END),
+        StreamEvent(content="x" + markers.CALL_END),
         StreamEvent(tool_calls=(ToolCallDelta(1, "a", "f", "{}"),)),
         StreamEvent(tool_calls=(ToolCallDelta(1, "a", "f", ""),)),
         StreamEvent(tool_calls=(ToolCallDelta(2, None, None, "{}"),)),
@@ -65,7 +65,7 @@ def test_every_mode_reproduces_the_text_and_token_modes_carry_every_token_id(mod
         assert "".join(d.text for d in delivery.deltas) == TEXT
         sent = [i for d in delivery.deltas for i in d.token_ids]
         # stream-holdback ends with the end-of-turn token's output: its id, no text of its own
-        end = [mk.SPECIAL_TOKEN_IDS[mk.IM_END]] if mode == "stream-holdback" else []
+        end = [markers.SPECIAL_TOKEN_IDS[markers.IM_END]] if mode == "stream-holdback" else []
         assert sent == (ids + end if mode in TOKEN_ALIGNED_MODES else [])
         assert delivery.streaming == (mode not in ("whole", "server-whole"))
 
@@ -73,14 +73,14 @@ def test_every_mode_reproduces_the_text_and_token_modes_carry_every_token_id(mod
 def test_token_mode_sends_markers_as_single_tokens_and_split_characters_as_empty_deltas():
     (delivery,) = deliveries(TEXT, "stream-token", TOKENIZER)
     by_text = {d.text: d.token_ids for d in delivery.deltas}
-    assert by_text[mk.CALL_BEGIN] == (mk.SPECIAL_TOKEN_IDS[mk.CALL_BEGIN],)
+    assert by_text[markers.CALL_BEGIN] == (markers.SPECIAL_TOKEN_IDS[markers.CALL_BEGIN],)
     assert any(d.text == "" for d in delivery.deltas), "a multi-byte character split across tokens"
 
 
 def test_marker_split_cuts_every_marker_at_every_offset():
     variants = deliveries(TEXT, "stream-marker-split", TOKENIZER)
     assert len(variants) == 9
-    for marker in mk.TOOL_MARKERS:
+    for marker in markers.TOOL_MARKERS:
         start = TEXT.find(marker)
         covered = set()
         for delivery in variants:
@@ -180,8 +180,8 @@ def test_stream_after_cutoff_sends_the_case_per_token_after_a_call_cut_off_mid_a
     (after,) = deliveries(TEXT, "stream-after-cutoff", TOKENIZER, tool="read_file")
     assert after.deltas == token.deltas and not token.prelude
     prelude = "".join(d.text for d in after.prelude)
-    assert prelude.startswith(mk.SECTION_BEGIN + mk.CALL_BEGIN + "functions.read_file:0")
-    assert prelude.endswith('{"city": "Par') and mk.CALL_END not in prelude
+    assert prelude.startswith(markers.SECTION_BEGIN + markers.CALL_BEGIN + "functions.read_file:0")
+    assert prelude.endswith('{"city": "Par') and markers.CALL_END not in prelude
     assert all(len(d.token_ids) == 1 for d in after.prelude)
 
 
@@ -219,14 +219,14 @@ def test_a_parser_that_keeps_state_between_requests_differs_only_after_the_cutof
 
 def test_an_opt_in_mode_is_taken_when_asked_for_and_left_out_of_a_default_run():
     from k2conform.adapter.registry import create_adapter
-    from k2conform.delivery import modes as dl
+    from k2conform.delivery import modes
 
     reference = create_adapter("reference")
-    assert "stream-after-cutoff" in dl.adapter_modes(reference)
-    assert "stream-after-cutoff" not in dl.planned_modes(reference)
-    assert "stream-after-cutoff" not in dl.DEFAULT_MODES
-    assert set(dl.planned_modes(reference)) == set(dl.adapter_modes(reference)) - set(
-        dl.OPT_IN_MODES
+    assert "stream-after-cutoff" in modes.adapter_modes(reference)
+    assert "stream-after-cutoff" not in modes.planned_modes(reference)
+    assert "stream-after-cutoff" not in modes.DEFAULT_MODES
+    assert set(modes.planned_modes(reference)) == set(modes.adapter_modes(reference)) - set(
+        modes.OPT_IN_MODES
     )
 
 
@@ -240,7 +240,7 @@ def test_holdback_sends_each_id_at_once_and_its_text_a_stop_buffer_later():
     variants = deliveries(TEXT, "stream-holdback", TOKENIZER)
     assert [v.variant for v in variants] == [holdback_variant(*h) for h in HOLDBACKS]
     assert any(step > 1 for _, step in HOLDBACKS)
-    begin = mk.SPECIAL_TOKEN_IDS[mk.CALL_BEGIN]
+    begin = markers.SPECIAL_TOKEN_IDS[markers.CALL_BEGIN]
     for (lag, step), held in zip(HOLDBACKS, variants):
         *steps, end = held.deltas
         groups = [spans[k : k + step] for k in range(0, len(spans), step)]
@@ -251,38 +251,38 @@ def test_holdback_sends_each_id_at_once_and_its_text_a_stop_buffer_later():
             released += delta.text
             assert len(released) == max(len(produced) - lag, 0)
             assert produced.startswith(released)
-        assert end.token_ids == (mk.SPECIAL_TOKEN_IDS[mk.IM_END],)
+        assert end.token_ids == (markers.SPECIAL_TOKEN_IDS[markers.IM_END],)
         assert released + end.text == TEXT and len(end.text) == min(lag, len(TEXT))
         if step == 1:  # a marker's id goes out while its text is held back: the mode's point
             (at,) = [n for n, d in enumerate(steps) if begin in d.token_ids]
-            assert mk.CALL_BEGIN not in "".join(d.text for d in steps[: at + 1])
+            assert markers.CALL_BEGIN not in "".join(d.text for d in steps[: at + 1])
 
 
 def test_holdback_is_taken_only_where_the_server_holds_text_back_and_only_when_asked():
     from k2conform.adapter.registry import create_adapter
-    from k2conform.delivery import modes as dl
+    from k2conform.delivery import modes
 
     reference, sglang = create_adapter("reference"), create_adapter("sglang")
-    assert "stream-holdback" in dl.adapter_modes(reference)
-    assert "stream-holdback" not in dl.adapter_modes(sglang)  # its detokenizer trims at the end
-    assert "stream-holdback" not in dl.planned_modes(reference)
-    assert "stream-holdback" in dl.planned_modes(reference, ("stream-holdback",))
-    assert "stream-holdback" not in dl.planned_modes(sglang, ("stream-holdback",))
+    assert "stream-holdback" in modes.adapter_modes(reference)
+    assert "stream-holdback" not in modes.adapter_modes(sglang)  # its detokenizer trims at the end
+    assert "stream-holdback" not in modes.planned_modes(reference)
+    assert "stream-holdback" in modes.planned_modes(reference, ("stream-holdback",))
+    assert "stream-holdback" not in modes.planned_modes(sglang, ("stream-holdback",))
 
 
 def test_a_burst_cells_variant_reads_back_its_tokens_per_delta():
     """The report and the catalogue derive a burst cell's deltas again from its variant label:
     one writer (``burst_variant``), one reader (``burst_of``), the same number back."""
-    from k2conform.delivery import modes as dl
+    from k2conform.delivery import modes
     from k2conform.delivery.tokenizer import load_tokenizer
 
     (delivery,) = deliveries("<think>a</think>b", "stream-burst", load_tokenizer(), burst=3)
-    assert dl.burst_of(delivery.label) == 3 and delivery.label == "stream-burst[k=3]"
+    assert modes.burst_of(delivery.label) == 3 and delivery.label == "stream-burst[k=3]"
     for other in ("stream-token", "stream-burst[k=]", "stream-burst[k=3", None, ""):
-        assert dl.burst_of(other) is None
-    assert dl.ONE_SHOT_MODES == ("whole", "server-whole")
-    assert dl.Delivery("stream-4char", ()).streaming  # the benchmark's own delivery
-    assert not dl.Delivery("whole", ()).streaming
+        assert modes.burst_of(other) is None
+    assert modes.ONE_SHOT_MODES == ("whole", "server-whole")
+    assert modes.Delivery("stream-4char", ()).streaming  # the benchmark's own delivery
+    assert not modes.Delivery("whole", ()).streaming
 
 
 def test_a_long_argument_delta_from_a_finely_fed_stream_is_held_back():

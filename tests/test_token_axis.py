@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from k2conform import markers as mk
+from k2conform import markers
 from k2conform.case.corpus import CorpusError, case_from_json, load_case
 from k2conform.case.verdict import case_verdict
-from k2conform.delivery import modes as dl
+from k2conform.delivery import modes
 from k2conform.delivery.tokenizer import load_tokenizer
 from k2conform.fuzzing.envelope import DECLARE_TOOLS, SPELLED, FuzzInput, decode
 from k2conform.fuzzing.mutator import apply, space_added_tokens
@@ -26,10 +26,13 @@ TOOL = {
     "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {}}},
 }
 REQUEST = Request(tools=(TOOL,))
-CALL = f'{mk.CALL_BEGIN}functions.get_weather:0{mk.ARGUMENT_BEGIN}{{"city": "Paris"}}{mk.CALL_END}'
-TEXT = f"Hi{mk.SECTION_BEGIN}{CALL}{mk.SECTION_END}"
+CALL = (
+    f"{markers.CALL_BEGIN}functions.get_weather:0{markers.ARGUMENT_BEGIN}"
+    f'{{"city": "Paris"}}{markers.CALL_END}'
+)
+TEXT = f"Hi{markers.SECTION_BEGIN}{CALL}{markers.SECTION_END}"
 #: Where the call's begin marker starts: the one spelled below.
-AT = TEXT.index(mk.CALL_BEGIN)
+AT = TEXT.index(markers.CALL_BEGIN)
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 
@@ -57,10 +60,15 @@ def test_a_spelled_marker_is_the_same_text_in_ordinary_tokens():
     plain, spelled = tokenizer.tokenize_spans(TEXT), tokenizer.tokenize_spans(TEXT, (AT,))
     assert "".join(p for _, p in spelled) == TEXT
     ids = [i for i, _ in spelled]
-    assert mk.SPECIAL_TOKEN_IDS[mk.CALL_BEGIN] not in ids  # spelled ...
-    for marker in (mk.SECTION_BEGIN, mk.ARGUMENT_BEGIN, mk.CALL_END, mk.SECTION_END):
-        assert mk.SPECIAL_TOKEN_IDS[marker] in ids  # ... and only that one
-    pieces = tokenizer.encode_ordinary(mk.CALL_BEGIN)
+    assert markers.SPECIAL_TOKEN_IDS[markers.CALL_BEGIN] not in ids  # spelled ...
+    for marker in (
+        markers.SECTION_BEGIN,
+        markers.ARGUMENT_BEGIN,
+        markers.CALL_END,
+        markers.SECTION_END,
+    ):
+        assert markers.SPECIAL_TOKEN_IDS[marker] in ids  # ... and only that one
+    pieces = tokenizer.encode_ordinary(markers.CALL_BEGIN)
     assert len(pieces) > 1 and not any(tokenizer.is_added(i) for i in pieces)
     assert ids[3 : 3 + len(pieces)] == pieces and len(spelled) == len(plain) - 1 + len(pieces)
     with pytest.raises(ValueError, match="offset 3"):
@@ -69,10 +77,12 @@ def test_a_spelled_marker_is_the_same_text_in_ordinary_tokens():
 
 def test_only_token_aligned_deliveries_carry_a_spelled_marker():
     tokenizer = load_tokenizer()
-    token = dl.deliveries(TEXT, "stream-token", tokenizer, spelled=(AT,))[0]
-    assert mk.SPECIAL_TOKEN_IDS[mk.CALL_BEGIN] not in [i for d in token.deltas for i in d.token_ids]
+    token = modes.deliveries(TEXT, "stream-token", tokenizer, spelled=(AT,))[0]
+    assert markers.SPECIAL_TOKEN_IDS[markers.CALL_BEGIN] not in [
+        i for d in token.deltas for i in d.token_ids
+    ]
     with pytest.raises(ValueError, match="no token ids"):
-        dl.deliveries(TEXT, "stream-char", tokenizer, spelled=(AT,))
+        modes.deliveries(TEXT, "stream-char", tokenizer, spelled=(AT,))
 
 
 # -- the case file -------------------------------------------------------------------------------
@@ -134,9 +144,9 @@ def test_vllms_stream_loses_the_call_when_its_begin_marker_is_spelled(vllm):
 
 
 def test_the_spelled_flag_picks_one_marker_before_the_end_of_turn():
-    fuzz = FuzzInput(TEXT + mk.IM_END + mk.SECTION_BEGIN, DECLARE_TOOLS | SPELLED)
+    fuzz = FuzzInput(TEXT + markers.IM_END + markers.SECTION_BEGIN, DECLARE_TOOLS | SPELLED)
     (at,) = fuzz.spelled_markers()
-    assert any(TEXT.startswith(m, at) for m in mk.TOOL_MARKERS)
+    assert any(TEXT.startswith(m, at) for m in markers.TOOL_MARKERS)
     assert decode(fuzz.encode()).spelled_markers() == (at,)
     assert FuzzInput(TEXT, DECLARE_TOOLS).spelled_markers() == ()
     assert FuzzInput("no markers", SPELLED).spelled_markers() == ()
@@ -146,14 +156,15 @@ def test_the_spelled_flag_picks_one_marker_before_the_end_of_turn():
 
 
 def test_the_detokenizers_spaces_surround_every_added_token():
-    spaced = space_added_tokens(f"a{mk.THINK_END}{TEXT}", None)
+    spaced = space_added_tokens(f"a{markers.THINK_END}{TEXT}", None)
     assert spaced == (
-        f"a {mk.THINK_END} Hi {mk.SECTION_BEGIN} {mk.CALL_BEGIN} functions.get_weather:0 "
-        f'{mk.ARGUMENT_BEGIN} {{"city": "Paris"}} {mk.CALL_END} {mk.SECTION_END}'
+        f"a {markers.THINK_END} Hi {markers.SECTION_BEGIN} {markers.CALL_BEGIN} "
+        "functions.get_weather:0 "
+        f'{markers.ARGUMENT_BEGIN} {{"city": "Paris"}} {markers.CALL_END} {markers.SECTION_END}'
     )
     # the singular section marker is ordinary text in the real vocabulary: no spaces
-    assert space_added_tokens(f"x{mk.SECTION_BEGIN_SINGULAR}y", None) == (
-        f"x{mk.SECTION_BEGIN_SINGULAR}y"
+    assert space_added_tokens(f"x{markers.SECTION_BEGIN_SINGULAR}y", None) == (
+        f"x{markers.SECTION_BEGIN_SINGULAR}y"
     )
 
 
@@ -196,7 +207,9 @@ def test_minimize_keeps_the_spelled_marker_where_the_text_shrinks(engine, tmp_pa
     from k2conform.minimize.delta_debug import Candidate, remove
 
     moved = remove(Candidate(REQUEST, TEXT, None, (AT,)), [(0, 2)])
-    assert moved.spelled == (AT - 2,) and moved.text.startswith(mk.SECTION_BEGIN + mk.CALL_BEGIN)
+    assert moved.spelled == (AT - 2,) and moved.text.startswith(
+        markers.SECTION_BEGIN + markers.CALL_BEGIN
+    )
     gone = remove(Candidate(REQUEST, TEXT, None, (AT,)), [(AT + 3, AT + 4)])
     assert gone.spelled == ()  # a character of the spelled marker went: nothing to spell
 
@@ -218,7 +231,7 @@ def test_minimize_keeps_the_spelled_marker_where_the_text_shrinks(engine, tmp_pa
     (written,) = out.glob("*.json")
     case = load_case(written)
     assert case.spelled_markers and len(case.model_output) < len(raw.text)
-    marker = next(m for m in mk.SPECIAL_TOKEN_IDS if raw.text.startswith(m, at))
+    marker = next(m for m in markers.SPECIAL_TOKEN_IDS if raw.text.startswith(m, at))
     assert case.model_output.startswith(marker, case.spelled_markers[0])
     assert json.loads(written.read_text())["spelled_markers"] == list(case.spelled_markers)
 
@@ -250,11 +263,14 @@ def test_a_spelled_input_reports_only_what_the_spelling_changed(engine):
     which vLLM's stream does not miss, adds nothing, and the one-shot parse reads no ids."""
     request = Request(tools=(TOOL,), thinking=True)
     text = "a</think>b</think>" + TEXT
-    end = text.index(mk.SECTION_END)
+    end = text.index(markers.SECTION_END)
     assert engine.observe(request, text, "stream-token").signature
     assert engine.observe(request, text, "stream-token", spelled=(end,)).signature == ""
     assert (
-        engine.observe(request, text, "whole", spelled=(text.index(mk.CALL_BEGIN),)).signature == ""
+        engine.observe(request, text, "whole", spelled=(text.index(markers.CALL_BEGIN),)).signature
+        == ""
     )
-    spelled = engine.observe(request, text, "stream-token", spelled=(text.index(mk.CALL_BEGIN),))
+    spelled = engine.observe(
+        request, text, "stream-token", spelled=(text.index(markers.CALL_BEGIN),)
+    )
     assert spelled.signature == "vllm:dropped-call" and spelled.axis == "stream-token+spelled"

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from lanes import missing
 
-from k2conform.delivery import modes as dl
+from k2conform.delivery import modes
 from k2conform.adapter import AdapterUnavailable
 from k2conform.case.corpus import CorpusError, case_from_json, load_corpus
 from k2conform.adapter.registry import Availability, create_adapter, load
@@ -33,9 +33,6 @@ from k2conform.delivery.tokenizer import load_tokenizer
 from k2conform_adapters import vllm_server
 
 ROOT = Path(__file__).resolve().parents[1]
-#: This file's one xdist group (the servers' run, about 6 minutes) is the lanes' longest: it
-#: starts first (tests/conftest.py), so no worker waits idle for it at the end.
-RUN_FIRST = True
 VENV = vllm_server.venv_dir()
 INSTALLED = (VENV / "bin" / "python").exists()
 
@@ -67,18 +64,18 @@ K3_CASES = ("y_k3_think_response_call", "n_k3_tools_opened_inside_think")
 
 
 def test_server_modes_are_a_closed_set_apart_from_the_defaults():
-    modes = {"server-whole", "server-stream", "server-concurrent"}
-    assert set(dl.SERVER_MODES) == modes <= set(dl.MODES)
-    assert not set(dl.SERVER_MODES) & set(dl.DEFAULT_MODES)
-    assert set(dl.SERVER_MODES) <= set(dl.TOKEN_ALIGNED_MODES)
-    assert dl.adapter_modes(create_adapter("vllm-server")) == dl.SERVER_MODES
-    assert dl.planned_modes(create_adapter("vllm-server")) == ("server-whole", "server-stream")
-    assert not set(dl.adapter_modes(create_adapter("reference"))) & set(dl.SERVER_MODES)
+    server_modes = {"server-whole", "server-stream", "server-concurrent"}
+    assert set(modes.SERVER_MODES) == server_modes <= set(modes.MODES)
+    assert not set(modes.SERVER_MODES) & set(modes.DEFAULT_MODES)
+    assert set(modes.SERVER_MODES) <= set(modes.TOKEN_ALIGNED_MODES)
+    assert modes.adapter_modes(create_adapter("vllm-server")) == modes.SERVER_MODES
+    assert modes.planned_modes(create_adapter("vllm-server")) == ("server-whole", "server-stream")
+    assert not set(modes.adapter_modes(create_adapter("reference"))) & set(modes.SERVER_MODES)
     whole, stream, concurrent = (
-        dl.deliveries("a<|im_end|>b", m, load_tokenizer())[0] for m in dl.SERVER_MODES
+        modes.deliveries("a<|im_end|>b", m, load_tokenizer())[0] for m in modes.SERVER_MODES
     )
     assert not whole.streaming and stream.streaming and concurrent.streaming
-    assert (stream.copies, concurrent.copies) == (0, dl.CONCURRENT_STREAMS)
+    assert (stream.copies, concurrent.copies) == (0, modes.CONCURRENT_STREAMS)
     assert whole.deltas == stream.deltas == concurrent.deltas
     assert whole.deltas[0].token_ids == tuple(load_tokenizer().encode("a"))
 
@@ -111,9 +108,9 @@ def test_server_level_cases_are_planned_for_server_modes_only(corpus):
     server_cases = [c for c in corpus.completions if c.request.server_options]
     assert len(server_cases) >= 10
     names = ("reference", "vllm-server")
-    per_adapter = {n: dl.adapter_modes(create_adapter(n)) for n in names}
-    cells = plan(server_cases, names, tuple(dl.MODES), per_adapter)
-    assert cells and {mode for _, _, mode in cells} == set(dl.SERVER_MODES)
+    per_adapter = {n: modes.adapter_modes(create_adapter(n)) for n in names}
+    cells = plan(server_cases, names, tuple(modes.MODES), per_adapter)
+    assert cells and {mode for _, _, mode in cells} == set(modes.SERVER_MODES)
     assert {adapter for _, adapter, _ in cells} == {"vllm-server"}
 
 
@@ -271,7 +268,7 @@ def _calls(cell: dict) -> list[tuple[str, str, str]]:
 
 
 @pytest.mark.server
-@pytest.mark.parametrize("mode", dl.SERVER_MODES)
+@pytest.mark.parametrize("mode", modes.SERVER_MODES)
 def test_golden_calls_come_back_through_the_real_server(server_run, mode):
     single = _cell(server_run, "y_spec_single_call", mode)
     assert single["outcome"] == "agree", single
@@ -295,7 +292,7 @@ def test_golden_calls_come_back_through_the_real_server(server_run, mode):
 
 
 @pytest.mark.server
-@pytest.mark.parametrize("mode", dl.SERVER_MODES)
+@pytest.mark.parametrize("mode", modes.SERVER_MODES)
 def test_the_server_refuses_a_request_or_ends_it_and_each_is_its_fate(server_run, mode):
     """An HTTP 400 (tool_choice required without tools) is the request rejected; a forced call
     the request's grammar refuses (null for a string of a strict tool) makes the engine end the
@@ -318,7 +315,7 @@ def test_every_planned_cell_ran_and_the_forcing_held(server_run):
     results, cells = server_run["results"], server_run["cells"]
     assert "partial" not in results
     assert results["inventory"]["planned"] == results["inventory"]["run"] == len(cells)
-    assert {mode for _, mode in cells} == set(dl.SERVER_MODES)
+    assert {mode for _, mode in cells} == set(modes.SERVER_MODES)
     for case in CASES + K3_CASES:
         assert {(case, mode) for mode in ("server-whole", "server-stream")} <= cells.keys(), case
     assert ("y_spec_single_call", "server-concurrent") in cells
@@ -465,7 +462,7 @@ def test_kimi_k3_through_a_second_real_server_with_the_kimi_k3_parsers(server_ru
     loses its call there as in process (vllm-project/vllm#53246)."""
     log = (server_run["root"] / "run" / "vllm-server-k3" / "server.log").read_text()
     assert "--tool-call-parser kimi_k3" in log and "--reasoning-parser kimi_k3" in log
-    for mode in dl.SERVER_MODES:
+    for mode in modes.SERVER_MODES:
         spec = _cell(server_run, "y_k3_think_response_call", mode)
         assert spec["adapter"] == "vllm-server-k3" and spec["outcome"] == "agree", spec
         assert [(n, json.loads(a)) for _, n, a in _calls(spec)] == [

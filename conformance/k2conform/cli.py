@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from k2conform.delivery import modes as dl
+from k2conform.delivery import modes
 from k2conform.case.corpus import (
     add_case_options,
     default_corpus_dir,
@@ -194,13 +194,13 @@ def _add_run_parser(sub: Any) -> None:
     p.add_argument(
         "--delivery",
         action="append",
-        choices=list(dl.MODES),
+        choices=list(modes.MODES),
         help="delivery mode (repeatable; default: all but the opt-in ones)",
     )
     p.add_argument(
         "--opt-in",
         action="append",
-        choices=list(dl.OPT_IN_MODES),
+        choices=list(modes.OPT_IN_MODES),
         help="an opt-in mode to run beside the planned ones (repeatable)",
     )
     add_case_options(p)
@@ -212,11 +212,11 @@ def _add_run_parser(sub: Any) -> None:
     p.add_argument(
         "--seed",
         type=int,
-        default=dl.DEFAULT_SEED,
+        default=modes.DEFAULT_SEED,
         help="base seed of stream-random (per-case seeds derive from it)",
     )
     p.add_argument(
-        "--burst", type=int, default=dl.DEFAULT_BURST, help="tokens per delta of stream-burst"
+        "--burst", type=int, default=modes.DEFAULT_BURST, help="tokens per delta of stream-burst"
     )
     p.add_argument(
         "--tokenizer", help="directory with the real tiktoken.model and tokenizer_config.json"
@@ -244,10 +244,10 @@ def _add_run_parser(sub: Any) -> None:
 
 
 def _delivery_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--delivery", default="whole", choices=list(dl.MODES), help="delivery mode")
-    p.add_argument("--seed", type=int, default=dl.DEFAULT_SEED, help="seed of stream-random")
+    p.add_argument("--delivery", default="whole", choices=list(modes.MODES), help="delivery mode")
+    p.add_argument("--seed", type=int, default=modes.DEFAULT_SEED, help="seed of stream-random")
     p.add_argument(
-        "--burst", type=int, default=dl.DEFAULT_BURST, help="tokens per delta of stream-burst"
+        "--burst", type=int, default=modes.DEFAULT_BURST, help="tokens per delta of stream-burst"
     )
     p.add_argument(
         "--tokenizer", help="directory with the real tiktoken.model and tokenizer_config.json"
@@ -388,10 +388,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         cases = [c for c in cases if in_shard(c.id, *args.shard)]
     names = args.adapter or default_adapter_names()
     adapters = {name: create_adapter(name, args.timeout) for name in names}
-    modes = tuple(args.delivery or (m for m in dl.MODES if m not in dl.OPT_IN_MODES or m in opt_in))
+    planned = tuple(
+        args.delivery or (m for m in modes.MODES if m not in modes.OPT_IN_MODES or m in opt_in)
+    )
     # No --delivery: each adapter in the modes it takes (server modes for server adapters).
     per_adapter = (
-        None if args.delivery else {n: dl.planned_modes(a, opt_in) for n, a in adapters.items()}
+        None if args.delivery else {n: modes.planned_modes(a, opt_in) for n, a in adapters.items()}
     )
     baseline = load_baseline(args.baseline) if args.baseline else None
     streaming = _read_json(args.bench, "bench results") if args.bench else None
@@ -400,7 +402,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         (p.parent for p in (args.json, args.html, args.markdown) if p), None
     )
     config = RunConfig(root, tuple(names), args.jobs, CellSettings.from_args(args), run_dir)
-    results = run_matrix(cases, adapters, modes, per_adapter, config, args.seed, args.shard)
+    results = run_matrix(cases, adapters, planned, per_adapter, config, args.seed, args.shard)
     if streaming is not None:
         from k2conform.bench.scaling import streaming_cost
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from k2conform import markers as mk
+from k2conform import markers
 from k2conform.k3 import markers as k3
 from k2conform.model import Request
 
@@ -36,10 +36,11 @@ class Format:
 
 def _k2_partner(tool: str) -> str:
     calls = "".join(
-        f'{mk.CALL_BEGIN}functions.{tool}:{n}{mk.ARGUMENT_BEGIN}{{"city": "{city}"}}{mk.CALL_END}'
+        f"{markers.CALL_BEGIN}functions.{tool}:{n}{markers.ARGUMENT_BEGIN}"
+        f'{{"city": "{city}"}}{markers.CALL_END}'
         for n, city in enumerate(("Paris", "Rome"))
     )
-    return f"Checking.{mk.SECTION_BEGIN}{calls}{mk.SECTION_END}"
+    return f"Checking.{markers.SECTION_BEGIN}{calls}{markers.SECTION_END}"
 
 
 def _k3_partner(tool: str) -> str:
@@ -69,12 +70,12 @@ def _k3_verdict(request: Request, output: str, spelled: bool) -> tuple[str, tupl
 
 
 FORMATS: dict[str, Format] = {
-    mk.FORMAT: Format(
-        mk.FORMAT, tuple(mk.SPECIAL_TOKEN_IDS), {}, "reference", _k2_partner, _k2_verdict
+    markers.FORMAT: Format(
+        markers.FORMAT, tuple(markers.SPECIAL_TOKEN_IDS), {}, "reference", _k2_partner, _k2_verdict
     ),
     k3.FORMAT: Format(
         k3.FORMAT, k3.MARKERS, k3.STANDIN_TOKEN_IDS, "reference-k3", _k3_partner, _k3_verdict
     ),
 }
 #: The format of a case that names none.
-DEFAULT = mk.FORMAT
+DEFAULT = markers.FORMAT

@@ -48,7 +48,7 @@ from k2conform.bench.workloads import (
     make_deliveries,
     workload,
 )
-from k2conform.delivery import modes as dl
+from k2conform.delivery import modes
 from k2conform.model import Delta, Request
 
 
@@ -92,7 +92,7 @@ class _Series:
         return min(last.seconds) * (size_kb / last.size_kb) ** growth
 
 
-def _runner(adapter: Any, request: Request, delivery: dl.Delivery) -> Callable[[], Any]:
+def _runner(adapter: Any, request: Request, delivery: modes.Delivery) -> Callable[[], Any]:
     if delivery.streaming:
         return lambda: adapter.parse_stream(request, delivery.deltas)
     (output,) = delivery.deltas
@@ -168,7 +168,7 @@ class Bench:
         text: str,
         request: Request,
         mode: str,
-        delivery: dl.Delivery,
+        delivery: modes.Delivery,
         round_: int,
     ) -> None:
         names = list(self.adapters)
@@ -279,7 +279,7 @@ class Bench:
         return rows
 
 
-def peak_memory(adapter: Any, request: Request, delivery: dl.Delivery) -> int:
+def peak_memory(adapter: Any, request: Request, delivery: modes.Delivery) -> int:
     """Peak bytes allocated by one run (tracemalloc), outside the timed runs."""
     gc.collect()
     tracemalloc.start()
@@ -340,7 +340,7 @@ def harness_cost(
         for case in cases[::step]:
             if case.format not in adapter.formats:
                 continue
-            for mode in dl.DEFAULT_MODES:
+            for mode in modes.DEFAULT_MODES:
                 run_cell(timed, case, mode, settings, Availability("ok"), cache)
                 cells += 1
             if time.perf_counter() - started > budget:
@@ -350,7 +350,7 @@ def harness_cost(
             {
                 "adapter": name,
                 "cells": cells,
-                "cases": cells // len(dl.DEFAULT_MODES),
+                "cases": cells // len(modes.DEFAULT_MODES),
                 "seconds": round(total, 3),
                 "parser_seconds": round(timed.parser_seconds, 3),
                 "outside_share": round(1 - timed.parser_seconds / total, 3) if total else None,

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from k2conform import markers as mk
+from k2conform import markers
 from k2conform.case.corpus import CompletionCase, default_corpus_dir, load_corpus
 from k2conform.errors import HarnessError
 from k2conform.minimize.known import Judgement, catalogue_judgements
@@ -88,14 +88,14 @@ def seed_cases(seed_set: str, adapters: Sequence[str], corpus: Path | None = Non
 
     root = Path(corpus or default_corpus_dir())
     if seed_set == "golden":
-        return [c for c in load_corpus(root / "golden").completions if c.format == mk.FORMAT]
+        return [c for c in load_corpus(root / "golden").completions if c.format == markers.FORMAT]
     checkout = checkout_root()
     entries = load_baseline(checkout / "baseline.json").entries if checkout else ()
     listed = [e for e in entries if e.adapter in adapters]
     return [
         c
         for c in load_corpus(root).completions
-        if c.format == mk.FORMAT and not any(e.covers_case(c.id) for e in listed)
+        if c.format == markers.FORMAT and not any(e.covers_case(c.id) for e in listed)
     ]
 
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from k2conform import markers as mk
-from k2conform.delivery import modes as dl
+from k2conform import markers
+from k2conform.delivery import modes
 from k2conform.model import Request
 
 SIZES_KB = (1, 4, 10, 40, 100, 400)
@@ -59,13 +59,20 @@ def json_arguments(chars: int) -> str:
 
 
 def call_output(arguments: str, name: str = "write_file", index: int = 0) -> str:
-    return f"{mk.CALL_BEGIN}functions.{name}:{index}{mk.ARGUMENT_BEGIN}{arguments}{mk.CALL_END}"
+    return (
+        f"{markers.CALL_BEGIN}functions.{name}:{index}{markers.ARGUMENT_BEGIN}"
+        f"{arguments}{markers.CALL_END}"
+    )
 
 
 def workload(kind: str, size_kb: int) -> tuple[str, Request]:
     """The model output and request of one benchmark point."""
     if kind == "args":
-        text = mk.SECTION_BEGIN + call_output(json_arguments(size_kb * 1000)) + mk.SECTION_END
+        text = (
+            markers.SECTION_BEGIN
+            + call_output(json_arguments(size_kb * 1000))
+            + markers.SECTION_END
+        )
         return text, Request(tools=(TOOL,))
     if kind == "content":
         sentence = (
@@ -73,21 +80,23 @@ def workload(kind: str, size_kb: int) -> tuple[str, Request]:
         )
         prose = (sentence * (size_kb * 1000 // len(sentence) + 1))[: size_kb * 1000]
         call = call_output('{"path": "notes.txt", "content": "done"}')
-        return prose + mk.SECTION_BEGIN + call + mk.SECTION_END, Request(tools=(TOOL,))
+        return prose + markers.SECTION_BEGIN + call + markers.SECTION_END, Request(tools=(TOOL,))
     if kind == "parallel":
         calls = "".join(
             call_output(json.dumps({"city": f"City {i}", "day": i}), "get_weather", i)
             for i in range(PARALLEL_CALLS)
         )
-        return "Checking.\n" + mk.SECTION_BEGIN + calls + mk.SECTION_END, Request(
+        return "Checking.\n" + markers.SECTION_BEGIN + calls + markers.SECTION_END, Request(
             tools=(WEATHER, TOOL)
         )
     raise ValueError(f"unknown workload {kind!r}")
 
 
-def make_deliveries(text: str, tokenizer: Any) -> dict[str, dl.Delivery]:
+def make_deliveries(text: str, tokenizer: Any) -> dict[str, modes.Delivery]:
     """The three deliveries of one output; tokenising is done once, outside the timing."""
-    whole = dl.deliveries(text, "whole", tokenizer)[0]
-    token = dl.deliveries(text, "stream-token", tokenizer)[0]
-    chars = dl.Delivery("stream-4char", dl.cut(text, range(DELTA_CHARS, len(text), DELTA_CHARS)))
+    whole = modes.deliveries(text, "whole", tokenizer)[0]
+    token = modes.deliveries(text, "stream-token", tokenizer)[0]
+    chars = modes.Delivery(
+        "stream-4char", modes.cut(text, range(DELTA_CHARS, len(text), DELTA_CHARS))
+    )
     return {"whole": whole, "stream-token": token, "stream-4char": chars}

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from k2conform import markers as mk
+from k2conform import markers
 from k2conform.case.corpus import CorpusError, FieldChecker
 from k2conform.case.payloads import dumps, payload
 from k2conform.case.verdict import standard_id
@@ -39,22 +39,22 @@ from k2conform.model import ToolCall
 
 _WHITESPACE = " \t\r\n"
 MARKERS = {
-    "SB": mk.SECTION_BEGIN,
-    "SE": mk.SECTION_END,
-    "TB": mk.CALL_BEGIN,
-    "AB": mk.ARGUMENT_BEGIN,
-    "TE": mk.CALL_END,
-    "SB1": mk.SECTION_BEGIN_SINGULAR,
-    "SE1": mk.SECTION_END_SINGULAR,
-    "IM_END": mk.IM_END,
-    "IM_USER": mk.IM_USER,
-    "IM_ASSISTANT": mk.IM_ASSISTANT,
-    "IM_SYSTEM": mk.IM_SYSTEM,
-    "IM_MIDDLE": mk.IM_MIDDLE,
-    "BOS": mk.BOS,
-    "EOS": mk.EOS,
-    "THINK": mk.THINK_BEGIN,
-    "THINK_END": mk.THINK_END,
+    "SB": markers.SECTION_BEGIN,
+    "SE": markers.SECTION_END,
+    "TB": markers.CALL_BEGIN,
+    "AB": markers.ARGUMENT_BEGIN,
+    "TE": markers.CALL_END,
+    "SB1": markers.SECTION_BEGIN_SINGULAR,
+    "SE1": markers.SECTION_END_SINGULAR,
+    "IM_END": markers.IM_END,
+    "IM_USER": markers.IM_USER,
+    "IM_ASSISTANT": markers.IM_ASSISTANT,
+    "IM_SYSTEM": markers.IM_SYSTEM,
+    "IM_MIDDLE": markers.IM_MIDDLE,
+    "BOS": markers.BOS,
+    "EOS": markers.EOS,
+    "THINK": markers.THINK_BEGIN,
+    "THINK_END": markers.THINK_END,
 }
 _REFERENCE = re.compile(r"\$\{([A-Za-z_]\w*)((?:\.\w+)*)(?:\|(\w+))?\}")
 _FILTERS: dict[str, Callable[[Any], Any]] = {
@@ -205,7 +205,9 @@ def _calls(r: random.Random, args: Mapping[str, Any]) -> Calls:
     for name, index in zip(names, indexes, strict=True):
         arguments = dumps(payload(name, r))
         call_id = f"functions.{name}:{index}"
-        texts.append(mk.CALL_BEGIN + call_id + mk.ARGUMENT_BEGIN + arguments + mk.CALL_END)
+        texts.append(
+            markers.CALL_BEGIN + call_id + markers.ARGUMENT_BEGIN + arguments + markers.CALL_END
+        )
         calls.append(ToolCall(name, arguments, call_id))
     return Calls(tuple(texts), tuple(calls))
 
@@ -216,7 +218,7 @@ def _call(_: Any, args: Mapping[str, Any]) -> Calls:
     name = args.get("name") or (written[0] if written else None)
     if name is None:
         raise ValueError(f"{call_id!r} is not functions.NAME:IDX: give its name")
-    text = mk.CALL_BEGIN + call_id + mk.ARGUMENT_BEGIN + arguments + mk.CALL_END
+    text = markers.CALL_BEGIN + call_id + markers.ARGUMENT_BEGIN + arguments + markers.CALL_END
     return Calls(
         (text,), (ToolCall(name, arguments.strip(_WHITESPACE), call_id.strip(_WHITESPACE)),)
     )

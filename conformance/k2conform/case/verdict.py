@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from k2conform import formats
-from k2conform import markers as mk
+from k2conform import markers
 from k2conform.case.corpus import Case, CompletionCase
 from k2conform.model import Request, Result
 from k2conform.reference.parser import parse
@@ -78,12 +78,12 @@ _SETTLED = (
 
 #: The chat template's own markup: the spec defines it in prompts, never in a model's reply.
 TEMPLATE_MARKUP = (
-    mk.IM_USER,
-    mk.IM_ASSISTANT,
-    mk.IM_SYSTEM,
-    mk.IM_MIDDLE,
-    mk.BOS,
-    mk.EOS,
+    markers.IM_USER,
+    markers.IM_ASSISTANT,
+    markers.IM_SYSTEM,
+    markers.IM_MIDDLE,
+    markers.BOS,
+    markers.EOS,
     "<|media_start|>",
     "<|media_content|>",
     "<|media_pad|>",
@@ -95,10 +95,10 @@ _EMPTY_SECTION = re.compile(
         *(
             re.escape(m)
             for m in (
-                mk.SECTION_BEGIN,
-                mk.SECTION_BEGIN_SINGULAR,
-                mk.SECTION_END,
-                mk.SECTION_END_SINGULAR,
+                markers.SECTION_BEGIN,
+                markers.SECTION_BEGIN_SINGULAR,
+                markers.SECTION_END,
+                markers.SECTION_END_SINGULAR,
             )
         )
     )
@@ -175,7 +175,7 @@ def _implementation_defined(
             reasons.append(
                 f"call {call.id!r}: arguments with {shape} (RFC 8259 leaves it to the decoder)"
             )
-        if shape != "object" and any(marker in call.arguments for marker in mk.LEAK_MARKERS):
+        if shape != "object" and any(marker in call.arguments for marker in markers.LEAK_MARKERS):
             reasons.append(
                 f"call {call.id!r}: marker text in arguments that are not JSON (a string or not?)"
             )
@@ -184,7 +184,7 @@ def _implementation_defined(
             reasons.append(f"the chat template's markup in the {field}")
     if result.content is not None and not result.content.strip():
         reasons.append("whitespace-only content: content or nothing")
-    if not request.thinking and mk.THINK_END in (result.content or ""):
+    if not request.thinking and markers.THINK_END in (result.content or ""):
         reasons.append(
             "</think> with thinking off: the Instruct format has no reasoning channel, "
             "the thinking variants are out of the spec's scope"
@@ -224,7 +224,7 @@ def standard_id(call_id: str | None) -> tuple[str, int] | None:
 
 def _outside_arguments(output: str, result: Result) -> str:
     """The output up to the end of the turn, without the text of the calls' arguments."""
-    text = output.partition(mk.IM_END)[0]
+    text = output.partition(markers.IM_END)[0]
     for call in result.tool_calls:
         text = text.replace(call.arguments, "", 1)
     return text

@@ -32,7 +32,7 @@ from typing import Any, Callable, Mapping, Sequence
 from k2conform.adapter.protocol import is_command_spec, split_spec
 from k2conform.adapter.registry import Availability, adapter_names, create_adapter, load
 from k2conform.case.corpus import CompletionCase, load_case, write_case
-from k2conform.delivery import modes as dl
+from k2conform.delivery import modes
 from k2conform.errors import UsageError
 from k2conform.fuzzing.signature import slug
 from k2conform.minimize.cells import CellEngine, Probe, target_signature
@@ -170,7 +170,7 @@ def build_one(
     example = behaviour.example(summaries)
     mode = example.delivery
     settings = CellSettings(
-        seed=seed, burst=dl.burst_of(example.variant) or dl.DEFAULT_BURST, deadline=timeout
+        seed=seed, burst=modes.burst_of(example.variant) or modes.DEFAULT_BURST, deadline=timeout
     )
     target = (example.outcome.value, tuple(example.fields))
     now = run_cell(adapter, source, mode, settings, availability)
@@ -188,7 +188,7 @@ def build_one(
             pieces = tuple(d.text for d in delivered) if delivered is not None else None
         if not pieces:
             return Built(behaviour, "skipped", f"cannot derive the deltas of {now.variant}")
-        run_mode, cuts = "stream-recorded", dl.cut_points(pieces)
+        run_mode, cuts = "stream-recorded", modes.cut_points(pieces)
     key = _digest(behaviour.adapter, behaviour.family, behaviour.reason, behaviour.signatures,
                   behaviour.modes, source.id, mode)  # fmt: skip
     engine = CellEngine(adapter, availability, settings, f"cat_probe_{key}")
@@ -209,7 +209,9 @@ def build_one(
         small = minimizer.run(start)
         if minimizer.tests > budget:
             note = f"minimising stopped after {budget} cells"
-    pieces = tuple(d.text for d in dl.cut(source.model_output, cuts)) if cuts is not None else None
+    pieces = (
+        tuple(d.text for d in modes.cut(source.model_output, cuts)) if cuts is not None else None
+    )
     unminimised = replace(source, deltas=pieces)
     bases = [(unminimised, False)]
     if small is not None:
@@ -447,7 +449,7 @@ def build(
                 continue
             spec, adapter, availability = reached
             example = behaviour.example(summaries)
-            if example.delivery not in dl.MODES:
+            if example.delivery not in modes.MODES:
                 done.append(
                     Built(
                         behaviour,

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from k2conform.case.corpus import CompletionCase, CorpusError, load_case
-from k2conform.delivery import modes as dl
+from k2conform.delivery import modes
 from k2conform.model import CellOutcome
 
 INDEX = "README.md"
@@ -25,7 +25,7 @@ UPSTREAM = ("new", "not reported", "linked")
 _FIELDS: dict[str, Any] = {
     "adapter": lambda v: isinstance(v, str) and bool(v),
     "release": lambda v: v is None or isinstance(v, str),
-    "delivery": lambda v: v in dl.MODES,
+    "delivery": lambda v: v in modes.MODES,
     "outcome": lambda v: v in {o.value for o in CellOutcome} and CellOutcome(v).finding,
     "fields": lambda v: isinstance(v, list) and all(isinstance(f, str) for f in v),
     "reason": lambda v: isinstance(v, str),
@@ -36,7 +36,7 @@ _FIELDS: dict[str, Any] = {
 _WANTED = {
     "adapter": "a non-empty string",
     "release": "a string or null",
-    "delivery": f"a delivery mode ({', '.join(dl.MODES)})",
+    "delivery": f"a delivery mode ({', '.join(modes.MODES)})",
     "outcome": "a finding outcome (differs, crash, timeout)",
     "fields": "an array of field names",
     "reason": "a string",

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from k2conform.case.corpus import add_case_options
-from k2conform.delivery import modes as dl
+from k2conform.delivery import modes
 from k2conform.errors import UsageError
 
 COVERAGE_PY = "coverage==7.17.3"
@@ -74,7 +74,7 @@ def cmd_coverage(args: argparse.Namespace) -> int:
     from k2conform.run.cell import CellSettings
 
     _require_coverage_py()
-    modes = _modes(args.delivery or ())
+    asked = _modes(args.delivery or ())
     if args.replay is not None and args.corpus is not None:
         raise UsageError("give --corpus or --replay, not both")
     source = Source(
@@ -85,7 +85,7 @@ def cmd_coverage(args: argparse.Namespace) -> int:
     source.cases()  # a bad directory or an empty selection stops here, before anything runs
     entries = reviewed.load(args.unreachable)  # a malformed list stops here, before anything runs
     check_writable(args.json, args.html)
-    measured, skipped = targets(args.adapter or default_adapter_names(), modes)
+    measured, skipped = targets(args.adapter or default_adapter_names(), asked)
     document = measure(measured, skipped, source, CellSettings(), entries)
     if args.json:
         args.json.write_text(
@@ -110,6 +110,6 @@ def _require_coverage_py() -> None:
 
 def _modes(asked: Sequence[str]) -> tuple[str, ...]:
     for mode in asked:
-        if mode not in dl.MODES:
-            raise UsageError(f"unknown delivery mode {mode!r} (known: {', '.join(dl.MODES)})")
+        if mode not in modes.MODES:
+            raise UsageError(f"unknown delivery mode {mode!r} (known: {', '.join(modes.MODES)})")
     return tuple(dict.fromkeys(asked))

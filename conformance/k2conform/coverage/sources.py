@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from k2conform.case.corpus import CompletionCase, load_corpus
-from k2conform.delivery import modes as dl
+from k2conform.delivery import modes
 from k2conform.errors import UsageError
 
 KIMI, SHARED = "kimi", "shared"
@@ -45,23 +45,23 @@ def targets(
     measured, skipped = [], []
     for spec in specs:
         adapter = create_adapter(spec)
-        own_modes = dl.adapter_modes(adapter)
+        own_modes = modes.adapter_modes(adapter)
         files = [(path, KIMI) for path in adapter.coverage_files]
         files += [(path, SHARED) for path in adapter.coverage_shared_files]
-        modes = tuple(m for m in (asked_modes or own_modes) if m in own_modes)
+        chosen = tuple(m for m in (asked_modes or own_modes) if m in own_modes)
         if isinstance(adapter, CommandAdapter):
             reason = "runs in another process (cmd:): coverage.py traces this process only"
-        elif set(own_modes) & set(dl.SERVER_MODES):
+        elif set(own_modes) & set(modes.SERVER_MODES):
             reason = "a server adapter: its parser runs behind the server, in the server modes only"
         elif not files:
             reason = "declares no coverage_files (k2conform.adapter.contract.Adapter)"
-        elif not modes:
+        elif not chosen:
             reason = f"takes none of the delivery modes asked for (it takes {', '.join(own_modes)})"
         else:
             located, reason = _locate(files)
             if located:
                 format = adapter.formats[0]
-                measured.append(Target(spec, adapter.name, modes, located, format))
+                measured.append(Target(spec, adapter.name, chosen, located, format))
                 continue
         skipped.append(NotMeasured(adapter.name, reason))
     return measured, skipped
@@ -134,7 +134,7 @@ def replay_cases(directory: Path) -> list[CompletionCase]:
         fuzz = decode(path.read_bytes())
         if len(fuzz.text) > MAX_TEXT:
             continue
-        deltas = tuple(delta.text for delta in dl.cut(fuzz.text, fuzz.split_points()))
+        deltas = tuple(delta.text for delta in modes.cut(fuzz.text, fuzz.split_points()))
         case_id = "i_replay_" + _UNSAFE_ID.sub("_", path.name.lower())
         cases.append(adhoc_case(fuzz.request(), fuzz.text, deltas, case_id=case_id))
     if not cases:

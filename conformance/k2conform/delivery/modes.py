@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, Sequence
 
 from k2conform import formats
-from k2conform import markers as mk
+from k2conform import markers
 from k2conform.model import Delta
 
 if TYPE_CHECKING:  # the contract names the delivery modes: typing only, no import cycle
@@ -206,7 +206,8 @@ def planned_modes(adapter: Adapter, opt_in: Sequence[str] = ()) -> tuple[str, ..
 #: arguments, the most a parser holds at the moment a client goes away (``{tool}``: the case's
 #: first declared tool, so the earlier request is one the same server could have had).
 CUTOFF_PRELUDE = (
-    f'{mk.SECTION_BEGIN}{mk.CALL_BEGIN}functions.{{tool}}:0{mk.ARGUMENT_BEGIN}{{{{"city": "Par'
+    f"{markers.SECTION_BEGIN}{markers.CALL_BEGIN}functions.{{tool}}:0{markers.ARGUMENT_BEGIN}"
+    '{{"city": "Par'
 )
 
 
@@ -239,7 +240,11 @@ CONCURRENT_STREAMS = 8
 MARKER_SPLIT_STRIDE = 9
 
 #: Markers whose every inner split point stream-marker-split exercises.
-SPLIT_MARKERS: tuple[str, ...] = mk.LEAK_MARKERS + (mk.IM_END, mk.THINK_BEGIN, mk.THINK_END)
+SPLIT_MARKERS: tuple[str, ...] = markers.LEAK_MARKERS + (
+    markers.IM_END,
+    markers.THINK_BEGIN,
+    markers.THINK_END,
+)
 
 
 class Tokenizer(Protocol):
@@ -287,7 +292,7 @@ class Delivery:
 def engine_output(text: str) -> str:
     """What a server hands its parser: generation stops at the end-of-turn token
     ``<|im_end|>`` (Kimi K2's eos), which is stripped, so nothing from it on is delivered."""
-    end = text.find(mk.IM_END)
+    end = text.find(markers.IM_END)
     return text if end < 0 else text[:end]
 
 
@@ -326,7 +331,7 @@ def deliveries(
     burst: int = DEFAULT_BURST,
     tool: str = CUTOFF_TOOL,
     spelled: Sequence[int] = (),
-    format: str = mk.FORMAT,
+    format: str = markers.FORMAT,
 ) -> list[Delivery]:
     """The deliveries of ``text`` in ``mode`` (marker splits give several; others one);
     ``tool`` names the call ``stream-after-cutoff``'s prelude cuts off and
@@ -452,7 +457,7 @@ def _held_back(spans: list[tuple[int, str]], holdback: int, step: int) -> tuple[
         upto = max(sent, len(produced) - holdback)
         deltas.append(Delta(produced[sent:upto], tuple(i for i, _ in group)))
         sent = upto
-    deltas.append(Delta(produced[sent:], (mk.SPECIAL_TOKEN_IDS[mk.IM_END],)))
+    deltas.append(Delta(produced[sent:], (markers.SPECIAL_TOKEN_IDS[markers.IM_END],)))
     return tuple(deltas)
 
 

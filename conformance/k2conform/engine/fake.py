@@ -23,8 +23,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Iterable, Mapping, Sequence
 
-from k2conform.delivery import modes as dl
-from k2conform import markers as mk
+from k2conform.delivery import modes
+from k2conform import markers
 from k2conform.case.corpus import ProbeCase, load_corpus
 from k2conform.adapter.harness import execute
 from k2conform.errors import UsageError
@@ -111,10 +111,10 @@ class FakeEngine:
 
     def _chosen(self, text: str) -> str:
         """The model output after the model's own choices (``one-call-of-two``)."""
-        if "one-call-of-two" not in self.faults or text.count(mk.CALL_BEGIN) < 2:
+        if "one-call-of-two" not in self.faults or text.count(markers.CALL_BEGIN) < 2:
             return text
-        second = text.find(mk.CALL_BEGIN, text.find(mk.CALL_END) + 1)
-        return text[:second] + text[text.find(mk.SECTION_END) :]
+        second = text.find(markers.CALL_BEGIN, text.find(markers.CALL_END) + 1)
+        return text[:second] + text[text.find(markers.SECTION_END) :]
 
     def complete(self, body: Mapping[str, Any]) -> tuple[Result, str]:
         """The parsed result of one request (whole), and the raw model output."""
@@ -122,7 +122,7 @@ class FakeEngine:
         request = _request(body)
         if request.tool_choice == "none" or not request.tools:
             return Result(content=text), text
-        delivery = dl.deliveries(text, "whole", self.tokenizer)[0]
+        delivery = modes.deliveries(text, "whole", self.tokenizer)[0]
         with self.lock:
             return execute(self.adapter, request, delivery), text
 
@@ -132,10 +132,10 @@ class FakeEngine:
         if request.tool_choice == "none" or not request.tools:
             return [
                 StreamEvent(content=d.text)
-                for d in dl.deliveries(text, "stream-token", self.tokenizer)[0].deltas
+                for d in modes.deliveries(text, "stream-token", self.tokenizer)[0].deltas
                 if d.text
             ], text
-        deltas = dl.deliveries(text, "stream-token", self.tokenizer)[0].deltas
+        deltas = modes.deliveries(text, "stream-token", self.tokenizer)[0].deltas
         with self.lock:
             try:
                 return list(self.adapter.parse_stream(request, deltas)), text
@@ -164,7 +164,7 @@ class FakeEngine:
         calls = self._fault_calls(result.tool_calls)
         content = result.content
         if "markers-in-content" in self.faults and calls:
-            content = (content or "") + text[text.find(mk.SECTION_BEGIN) :]
+            content = (content or "") + text[text.find(markers.SECTION_BEGIN) :]
         message: dict[str, Any] = {
             "role": "assistant",
             "content": content,
@@ -228,7 +228,7 @@ class FakeEngine:
         yield chunk({"role": "assistant", "content": ""})
         seen: dict[int, int] = {}
         if "markers-in-content" in self.faults and any(e.tool_calls for e in events):
-            yield chunk({"content": text[text.find(mk.SECTION_BEGIN) :]})
+            yield chunk({"content": text[text.find(markers.SECTION_BEGIN) :]})
         pending_cut: dict[int, bool] = {}
         for event in events:
             delta: dict[str, Any] = {}
@@ -299,7 +299,9 @@ class FakeEngine:
             )
             if "no-default-system-newline" in self.faults:
                 text = text.replace(
-                    DEFAULT_SYSTEM_PROMPT + mk.IM_END + "\n", DEFAULT_SYSTEM_PROMPT + mk.IM_END, 1
+                    DEFAULT_SYSTEM_PROMPT + markers.IM_END + "\n",
+                    DEFAULT_SYSTEM_PROMPT + markers.IM_END,
+                    1,
                 )
         else:
             text = body.get("prompt", "")

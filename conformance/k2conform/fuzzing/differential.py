@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from k2conform import markers as mk
-from k2conform.delivery import modes as dl
+from k2conform import markers
+from k2conform.delivery import modes
 from k2conform.case.corpus import CompletionCase, Expectation, load_case
 from k2conform.case.verdict import verdict as case_verdict
 from k2conform.fuzzing.signature import KINDS, classify, components, signature, slug
@@ -35,8 +35,9 @@ from k2conform.model import Delta, Request, Result, StreamKind, stream_violation
 #: its cell could not show what the fuzzer saw.
 FUZZ_MODES: tuple[str, ...] = tuple(
     m
-    for m in dl.MODES
-    if m not in dl.SERVER_MODES and not (m in dl.SEEDED_MODES and m in dl.TOKEN_ALIGNED_MODES)
+    for m in modes.MODES
+    if m not in modes.SERVER_MODES
+    and not (m in modes.SEEDED_MODES and m in modes.TOKEN_ALIGNED_MODES)
 )
 DEFAULT_FUZZ_MODES = ("whole", "stream-token")
 #: The modes that replay the fuzz input's own cut list (the others ignore it).
@@ -44,7 +45,7 @@ CUT_MODES = ("stream-recorded",)
 DEFAULT_DEADLINE = 10.0
 #: The format the fuzzers mutate and the reference parser judges: an adapter of
 #: another format (``reference-k3``, ``vllm-k3``) is no adapter under test here.
-FORMAT = mk.FORMAT
+FORMAT = markers.FORMAT
 
 
 def refuse_other_format(adapter: Any) -> None:
@@ -154,24 +155,24 @@ class Differential:
         cuts: Sequence[int] | None = None,
         recorded: Sequence[str] | None = None,
         spelled: Sequence[int] = (),
-    ) -> list[dl.Delivery]:
+    ) -> list[modes.Delivery]:
         """The deliveries the matrix makes of the same case: the request's first declared tool
         for ``stream-after-cutoff``'s prelude and ``stream-interleaved``'s partner; ``spelled``
         markers go out as ordinary token pieces where the mode sends token ids
         (:func:`delivered_spelling`)."""
         if mode == "stream-recorded" and recorded is None:
-            recorded = [d.text for d in dl.cut(text, cuts or ())]
-        return dl.deliveries(
+            recorded = [d.text for d in modes.cut(text, cuts or ())]
+        return modes.deliveries(
             text,
             mode,
             self._spans,
-            seed=dl.case_seed(dl.DEFAULT_SEED, "fuzz"),
+            seed=modes.case_seed(modes.DEFAULT_SEED, "fuzz"),
             recorded=recorded,
-            tool=dl.cutoff_tool(request.tool_names),
+            tool=modes.cutoff_tool(request.tool_names),
             spelled=delivered_spelling(text, mode, spelled),
         )
 
-    def run(self, adapter: Any, request: Request, delivery: dl.Delivery) -> Result:
+    def run(self, adapter: Any, request: Request, delivery: modes.Delivery) -> Result:
         """The harness's ``execute`` under a deadline; glue errors are k2conform's bugs."""
         from k2conform.adapter.harness import execute
         from k2conform.run.cell import DeadlinePassed, deadline
@@ -186,7 +187,7 @@ class Differential:
         return result
 
     def oracle(self, request: Request, text: str) -> Result:
-        result = self.run(self.reference, request, dl.Delivery("whole", (Delta(text),)))
+        result = self.run(self.reference, request, modes.Delivery("whole", (Delta(text),)))
         if result.outcome != "ok":
             raise HarnessBug(
                 f"the reference parser failed: {result.outcome}: {result.error}\ninput: {text!r}"
@@ -220,10 +221,10 @@ class Differential:
         spelling = delivered_spelling(text, mode, spelled)
         variants = self.deliveries(request, text, mode, cuts, recorded, spelling)
         plain = self.deliveries(request, text, mode, cuts, recorded) if spelling else variants
-        output = dl.engine_output(text)  # what the adapters are handed (twice: duplicates)
+        output = modes.engine_output(text)  # what the adapters are handed (twice: duplicates)
         kinds: dict[str, tuple[str, ...]] = {}
         results: dict[str, Result] = {}
-        chosen: dl.Delivery | None = None
+        chosen: modes.Delivery | None = None
         for adapter in self.adapters:
             found: list[str] = []
             for variant, unspelled in zip(variants, plain):
@@ -244,14 +245,14 @@ class Differential:
         if sig and check_reference_stream and mode != "whole":
             self.verify_reference_stream(request, text, variants, expected)
         chosen = chosen or variants[0]
-        deltas = tuple(d.text for d in chosen.deltas) if mode in dl.TEXT_LEVEL_MODES else None
+        deltas = tuple(d.text for d in chosen.deltas) if mode in modes.TEXT_LEVEL_MODES else None
         return Observation(mode, expected, sig, kinds, results, deltas, chosen.label, spelling)
 
     def _spelling_changed(
         self,
         adapter: Any,
         request: Request,
-        unspelled: dl.Delivery,
+        unspelled: modes.Delivery,
         expected: Result,
         spelled: Result,
         output: str,
@@ -269,7 +270,7 @@ class Differential:
         return kinds
 
     def verify_reference_stream(
-        self, request: Request, text: str, variants: Sequence[dl.Delivery], expected: Result
+        self, request: Request, text: str, variants: Sequence[modes.Delivery], expected: Result
     ) -> None:
         """The reference's parse of each delivery equals its one-shot parse, or a HarnessBug
         (marker bytes it keeps in content are not a violation: docs/policies.md, Structure).  The
@@ -292,9 +293,9 @@ class Differential:
 def delivered_spelling(text: str, mode: str, spelled: Sequence[int]) -> tuple[int, ...]:
     """The spelled markers a delivery of ``text`` in ``mode`` carries: none in a text-level
     mode (no token ids), none past the end of turn (never delivered)."""
-    if mode in dl.TEXT_LEVEL_MODES:
+    if mode in modes.TEXT_LEVEL_MODES:
         return ()
-    return tuple(at for at in spelled if at < len(dl.engine_output(text)))
+    return tuple(at for at in spelled if at < len(modes.engine_output(text)))
 
 
 def _observable(result: Result) -> tuple:
@@ -385,7 +386,7 @@ def finding_case(
         }
     deltas = observation.deltas
     if deltas is not None and "".join(deltas) != text:
-        # the delivery stopped at <|im_end|> (dl.engine_output): the case's deltas must still
+        # the delivery stopped at <|im_end|> (modes.engine_output): the case's deltas must still
         # add up to its model_output, so the rest is one more piece, which a replay drops again
         deltas = (*deltas, text[len("".join(deltas)) :])
     return CompletionCase(

@@ -26,7 +26,7 @@ import re
 import zlib
 from dataclasses import dataclass
 
-from k2conform import markers as mk
+from k2conform import markers
 from k2conform.delivery.modes import engine_output
 from k2conform.model import Request
 
@@ -43,12 +43,12 @@ SAMPLED_CUTS = 4
 
 #: The markers :data:`SPELLED` may spell: the tool markers and the think tags.
 _SPELLABLE = re.compile(
-    "|".join(re.escape(m) for m in (*mk.TOOL_MARKERS, mk.THINK_BEGIN, mk.THINK_END))
+    "|".join(re.escape(m) for m in (*markers.TOOL_MARKERS, markers.THINK_BEGIN, markers.THINK_END))
 )
 _CALL_ID = re.compile(
-    re.escape(mk.CALL_BEGIN)
+    re.escape(markers.CALL_BEGIN)
     + r"\s*(?:functions\.)?([^\s<]{1,64}?)(?::\s*\d+)?\s*"
-    + re.escape(mk.ARGUMENT_BEGIN)
+    + re.escape(markers.ARGUMENT_BEGIN)
 )
 
 

@@ -29,23 +29,32 @@ import random
 import re
 from typing import Callable
 
-from k2conform import markers as mk
+from k2conform import markers
 from k2conform.fuzzing.envelope import FLAG_BITS, SPELLED, FuzzInput, decode, sample_cuts
 
 #: The markers the mutator moves around: the five tool markers and the think tags.
-MARKERS: tuple[str, ...] = mk.TOOL_MARKERS + (mk.THINK_BEGIN, mk.THINK_END)
+MARKERS: tuple[str, ...] = markers.TOOL_MARKERS + (markers.THINK_BEGIN, markers.THINK_END)
 #: Rarer material it also inserts: singular section markers, end of message.
-EXTRA_MARKERS: tuple[str, ...] = (mk.SECTION_BEGIN_SINGULAR, mk.SECTION_END_SINGULAR, mk.IM_END)
+EXTRA_MARKERS: tuple[str, ...] = (
+    markers.SECTION_BEGIN_SINGULAR,
+    markers.SECTION_END_SINGULAR,
+    markers.IM_END,
+)
 _MARKER_RE = re.compile("|".join(re.escape(m) for m in MARKERS + EXTRA_MARKERS))
 #: Splits an output at its added tokens (markers, think tags, im_* tokens), keeping them.
 _ADDED_SPLIT = re.compile(
-    "(" + "|".join(re.escape(m) for m in sorted(mk.SPECIAL_TOKEN_IDS, key=len, reverse=True)) + ")"
+    "("
+    + "|".join(re.escape(m) for m in sorted(markers.SPECIAL_TOKEN_IDS, key=len, reverse=True))
+    + ")"
 )
 _INDEX_RE = re.compile(
-    re.escape(mk.CALL_BEGIN) + r"[^<]*?:(\s*\d*)(?=\s*" + re.escape(mk.ARGUMENT_BEGIN) + ")"
+    re.escape(markers.CALL_BEGIN)
+    + r"[^<]*?:(\s*\d*)(?=\s*"
+    + re.escape(markers.ARGUMENT_BEGIN)
+    + ")"
 )
 _ARGS_RE = re.compile(
-    re.escape(mk.ARGUMENT_BEGIN) + r"(.*?)(?=" + re.escape(mk.CALL_END) + ")", re.S
+    re.escape(markers.ARGUMENT_BEGIN) + r"(.*?)(?=" + re.escape(markers.CALL_END) + ")", re.S
 )
 
 #: Argument bodies spliced in: edge cases of JSON and of the format.
@@ -162,7 +171,7 @@ def change_name(text: str, rng: random.Random) -> str:
     if not found:
         return text
     m = rng.choice(found)
-    head = m.start() + len(mk.CALL_BEGIN)
+    head = m.start() + len(markers.CALL_BEGIN)
     return text[:head] + "functions." + rng.choice(NAME_POOL) + text[m.start(1) - 1 :]
 
 

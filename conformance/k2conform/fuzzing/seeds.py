@@ -14,7 +14,7 @@ import hashlib
 import zipfile
 from pathlib import Path
 
-from k2conform import markers as mk
+from k2conform import markers
 from k2conform.case.corpus import CompletionCase, load_corpus
 from k2conform.delivery.modes import cut_points
 from k2conform.fuzzing.envelope import DECLARE_TOOLS, THINKING, FuzzInput
@@ -32,7 +32,9 @@ def fuzz_input(case: CompletionCase) -> FuzzInput:
 
 def seed_inputs(corpus_root: Path | str | None = None) -> list[FuzzInput]:
     # the fuzz targets drive the K2 adapters: K3 outputs are no seeds of theirs (docs/k3.md)
-    return [fuzz_input(c) for c in load_corpus(corpus_root).completions if c.format == mk.FORMAT]
+    return [
+        fuzz_input(c) for c in load_corpus(corpus_root).completions if c.format == markers.FORMAT
+    ]
 
 
 def seed_files(corpus_root: Path | str | None = None) -> dict[str, bytes]:
@@ -87,18 +89,18 @@ def write_service_files(out: Path | str, corpus_root: Path | str | None = None) 
 def dictionary_text() -> str:
     """A libFuzzer dictionary: every marker, the think tags, and the id pieces."""
     entries = {
-        "section_begin": mk.SECTION_BEGIN,
-        "section_end": mk.SECTION_END,
-        "call_begin": mk.CALL_BEGIN,
-        "argument_begin": mk.ARGUMENT_BEGIN,
-        "call_end": mk.CALL_END,
-        "section_begin_singular": mk.SECTION_BEGIN_SINGULAR,
-        "section_end_singular": mk.SECTION_END_SINGULAR,
-        "think_begin": mk.THINK_BEGIN,
-        "think_end": mk.THINK_END,
-        "im_end": mk.IM_END,
-        "im_assistant": mk.IM_ASSISTANT,
-        "im_middle": mk.IM_MIDDLE,
+        "section_begin": markers.SECTION_BEGIN,
+        "section_end": markers.SECTION_END,
+        "call_begin": markers.CALL_BEGIN,
+        "argument_begin": markers.ARGUMENT_BEGIN,
+        "call_end": markers.CALL_END,
+        "section_begin_singular": markers.SECTION_BEGIN_SINGULAR,
+        "section_end_singular": markers.SECTION_END_SINGULAR,
+        "think_begin": markers.THINK_BEGIN,
+        "think_end": markers.THINK_END,
+        "im_end": markers.IM_END,
+        "im_assistant": markers.IM_ASSISTANT,
+        "im_middle": markers.IM_MIDDLE,
         "functions_prefix": "functions.",
         "index_0": ":0",
         "index_1": ":1",

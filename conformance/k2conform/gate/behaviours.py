@@ -16,18 +16,18 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from k2conform.delivery import modes as dl
+from k2conform.delivery import modes
 from k2conform.gate.baseline import TODO, BaselineEntry, gate_block
 from k2conform.model import CaseSummary, Cell, RunResults
 
 TOKEN_ALIGNED = "token-aligned"
 TEXT_LEVEL = "text-level"
 FAMILIES = (TOKEN_ALIGNED, TEXT_LEVEL)
-_MODE_ORDER = {mode: i for i, mode in enumerate(dl.MODES)}
+_MODE_ORDER = {mode: i for i, mode in enumerate(modes.MODES)}
 
 
 def family(mode: str) -> str:
-    return TOKEN_ALIGNED if mode in dl.TOKEN_ALIGNED_MODES else TEXT_LEVEL
+    return TOKEN_ALIGNED if mode in modes.TOKEN_ALIGNED_MODES else TEXT_LEVEL
 
 
 @dataclass(frozen=True)
@@ -128,13 +128,13 @@ def _explained(
 
 def _by_signature(cells: Iterable[tuple[Cell, bool]]) -> list[Behaviour]:
     """Cells no reviewed reason explains: one behaviour per outcome, fields and set of modes."""
-    modes: dict[tuple[str, str, bool, str], dict[str, list[Cell]]]
-    modes = defaultdict(lambda: defaultdict(list))
+    by_key: dict[tuple[str, str, bool, str], dict[str, list[Cell]]]
+    by_key = defaultdict(lambda: defaultdict(list))
     for cell, baselined in cells:
         key = (cell.adapter, family(cell.delivery), baselined, signature(cell))
-        modes[key][cell.case].append(cell)
+        by_key[key][cell.case].append(cell)
     groups: dict[tuple[Any, ...], list[Cell]] = defaultdict(list)
-    for key, by_case in modes.items():
+    for key, by_case in by_key.items():
         for case_cells in by_case.values():
             groups[(*key, tuple(sorted(c.delivery for c in case_cells)))].extend(case_cells)
     return [

@@ -12,12 +12,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from k2conform import markers as mk
+from k2conform import markers
 from k2conform.adapter.harness import guarded
 from k2conform.adapter.registry import create_adapter, load
 from k2conform.case.corpus import CompletionCase, Expectation
 from k2conform.case.samples import SAMPLE_CLASS, sample_id
-from k2conform.delivery import modes as dl
+from k2conform.delivery import modes
 from k2conform.grammar.walk import CompiledTag, xgrammar_version
 from k2conform.judge.cell import judge_result
 from k2conform.model import (
@@ -33,7 +33,7 @@ from k2conform.model import (
 from k2conform.run.cell import CellSettings, run_cell
 from k2conform.run.results import adapter_row, case_summary
 
-GRAMMAR = dl.GRAMMAR_MODE
+GRAMMAR = modes.GRAMMAR_MODE
 #: How a grammar-admitted output reaches the parser: what an engine sends, one-shot and per token.
 PARSE_MODES = ("whole", "stream-token")
 #: A well-formed output the request does not allow (no call under required, another tool or a
@@ -135,7 +135,7 @@ def _sampled(case: CompletionCase) -> bool:
         _constrained(case)
         and not case.request.thinking
         and not case.request_level
-        and case.format == mk.FORMAT
+        and case.format == markers.FORMAT
     )
 
 
@@ -192,7 +192,7 @@ def _case_cell(
 def _verdict(grammar: CompiledTag, case: CompletionCase) -> tuple[str | None, dict[str, Any]]:
     """Where the grammar rejects the case's output (None: it accepts it), and what the cell
     records of the grammar."""
-    rejection = grammar.rejection(dl.engine_output(case.model_output))
+    rejection = grammar.rejection(modes.engine_output(case.model_output))
     return rejection, {
         "grammar": {
             "accepted": rejection is None,
@@ -263,7 +263,7 @@ def draw_samples(
 ) -> list[CompletionCase]:
     """``count`` walks of the grammar, from a seed of the run's seed, the engine and the case
     whose request it is; each a ``y_`` case expecting the calls the walk wrote."""
-    walk_seed = dl.case_seed(seed, f"{engine}:{source.id}")
+    walk_seed = modes.case_seed(seed, f"{engine}:{source.id}")
     rng = random.Random(walk_seed)
     samples = []
     for draw in range(count):
@@ -291,13 +291,13 @@ def generated_calls(text: str) -> tuple[ToolCall, ...]:
     value, so marker text inside its strings stays in the arguments)."""
     decoder = json.JSONDecoder()
     calls = []
-    position = len(mk.SECTION_BEGIN)
-    while text.startswith(mk.CALL_BEGIN, position):
-        header_end = text.index(mk.ARGUMENT_BEGIN, position)
-        header = text[position + len(mk.CALL_BEGIN) : header_end]
-        start = header_end + len(mk.ARGUMENT_BEGIN)
+    position = len(markers.SECTION_BEGIN)
+    while text.startswith(markers.CALL_BEGIN, position):
+        header_end = text.index(markers.ARGUMENT_BEGIN, position)
+        header = text[position + len(markers.CALL_BEGIN) : header_end]
+        start = header_end + len(markers.ARGUMENT_BEGIN)
         _, end = decoder.raw_decode(text, start)
         name = header[len(FUNCTION_PREFIX) : header.rindex(":")]
         calls.append(ToolCall(name=name, arguments=text[start:end], id=header))
-        position = end + len(mk.CALL_END)
+        position = end + len(markers.CALL_END)
     return tuple(calls)

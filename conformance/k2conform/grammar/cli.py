@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from k2conform.case.corpus import CompletionCase, add_case_options
-from k2conform.delivery import modes as dl
+from k2conform.delivery import modes
 from k2conform.errors import HarnessError, UsageError
 
 #: The engines whose grammar is checked: engine → the environment with its pinned xgrammar.
@@ -45,7 +45,7 @@ def add_parser(subparsers: Any) -> None:
         default=DEFAULT_SAMPLES,
         help=f"walks drawn from each required/named grammar (default {DEFAULT_SAMPLES})",
     )
-    p.add_argument("--seed", type=int, default=dl.DEFAULT_SEED, help="run seed of the walks")
+    p.add_argument("--seed", type=int, default=modes.DEFAULT_SEED, help="run seed of the walks")
     p.add_argument("--timeout", type=float, default=20.0, help="seconds per parse cell")
     venvs = Path(os.environ.get("K2CONFORM_VENVS", ".venvs"))
     p.add_argument(
@@ -84,7 +84,7 @@ def cmd_grammar(args: argparse.Namespace) -> int:
     jobs = {
         adapter: (engine, Job(adapter, chosen, args.seed, args.samples, settings))
         for engine in pythons
-        for format, adapter in dl.GRAMMAR_ENGINES[engine].items()
+        for format, adapter in modes.GRAMMAR_ENGINES[engine].items()
         if (chosen := tuple(c for c in cases if c.format == format))
     }
     documents = run_workers(
@@ -98,7 +98,7 @@ def cmd_grammar(args: argparse.Namespace) -> int:
     results = RunResults(
         __version__,
         args.seed,
-        (dl.GRAMMAR_MODE,),
+        (modes.GRAMMAR_MODE,),
         tuple(AdapterRow.from_json(d["adapter"]) for d in documents.values()),
         tuple(summaries),
         cells,

@@ -15,10 +15,10 @@ import random
 from functools import cached_property
 from typing import Any
 
-from k2conform import markers as mk
+from k2conform import markers
 
 #: The walk's stop token: Kimi K2 ends its turn with ``<|im_end|>``.
-STOP = mk.IM_END
+STOP = markers.IM_END
 VOCABULARY: tuple[str, ...] = (
     *(chr(code) for code in range(32, 127)),
     "\n",
@@ -26,14 +26,14 @@ VOCABULARY: tuple[str, ...] = (
     "é",
     "日",
     "😀",
-    *mk.TOOL_MARKERS,
+    *markers.TOOL_MARKERS,
     STOP,
 )
 #: Tokens that close what is open: in free text (inside a JSON string) the quote, in structure
 #: an object, an array or the section.  A walk draws among them more and more often as it
 #: makes choices, so every walk ends.
 CLOSING_TEXT = frozenset({'"'})
-CLOSING_STRUCTURE = frozenset({"}", "]", mk.SECTION_END})
+CLOSING_STRUCTURE = frozenset({"}", "]", markers.SECTION_END})
 #: After this many choices a walk always draws a closing token where one is allowed; one still
 #: running after HARD_LENGTH tokens is a grammar without an end (WalkError).
 SOFT_LENGTH = 80
@@ -45,7 +45,7 @@ FREE_TEXT_TOKENS = 40
 MARKER_IN_FREE_TEXT = 0.3
 MARKER_IN_STRUCTURE = 10.0
 WHITESPACE_IN_STRUCTURE = 0.25
-_MARKER_IDS = frozenset(VOCABULARY.index(m) for m in mk.TOOL_MARKERS)
+_MARKER_IDS = frozenset(VOCABULARY.index(m) for m in markers.TOOL_MARKERS)
 _WHITESPACE_IDS = frozenset(VOCABULARY.index(w) for w in " \n\t")
 _STOP_ID = VOCABULARY.index(STOP)
 
@@ -74,7 +74,7 @@ class CompiledTag:
         matcher = self._xgr.GrammarMatcher(self._accepting, terminate_without_stop_token=True)
         for offset, character in enumerate(text):  # one character at a time, to say where
             if not matcher.accept_string(character):
-                shown = mk.visible(text[max(0, offset - 24) : offset])
+                shown = markers.visible(text[max(0, offset - 24) : offset])
                 return f"rejected at character {offset} ({character!r}, after {shown!r})"
         return None if matcher.is_terminated() else "rejected: the grammar needs more after the end"
 
@@ -91,7 +91,7 @@ class CompiledTag:
             if not allowed:
                 raise WalkError(
                     "no token of the walks' vocabulary goes on after "
-                    f"{mk.visible(''.join(pieces)[-200:])!r}"
+                    f"{markers.visible(''.join(pieces)[-200:])!r}"
                 )
             choices += len(allowed) > 1
             token = _draw(allowed, rng, choices / SOFT_LENGTH)
@@ -100,7 +100,9 @@ class CompiledTag:
             if not matcher.accept_token(token):
                 raise RuntimeError(f"xgrammar refused token {VOCABULARY[token]!r} it allowed")
             pieces.append(VOCABULARY[token])
-        raise WalkError(f"no end within {HARD_LENGTH} tokens: {mk.visible(''.join(pieces)[:200])}")
+        raise WalkError(
+            f"no end within {HARD_LENGTH} tokens: {markers.visible(''.join(pieces)[:200])}"
+        )
 
 
 def _draw(allowed: list[int], rng: random.Random, pressure: float) -> int:

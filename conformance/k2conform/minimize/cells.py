@@ -11,7 +11,7 @@ from typing import Any, Mapping, Sequence
 from k2conform.adapter.registry import Availability
 from k2conform.case.corpus import CompletionCase, Expectation
 from k2conform.case.verdict import verdict
-from k2conform.delivery import modes as dl
+from k2conform.delivery import modes
 from k2conform.model import Cell, Request
 from k2conform.run.cell import CellSettings, run_cell
 
@@ -64,7 +64,7 @@ class CellEngine:
             prefix = verdict(request, text, reference, spelled=bool(spelled)).prefix
         except Exception:  # noqa: BLE001 - a candidate the reference cannot judge: not kept
             return None
-        deltas = tuple(d.text for d in dl.cut(text, cuts)) if cuts is not None else None
+        deltas = tuple(d.text for d in modes.cut(text, cuts)) if cuts is not None else None
         expected = Expectation(reference.content, reference.reasoning, reference.tool_calls)
         return CompletionCase(
             f"{prefix}_{self.case_id}", "candidate", (), "k2conform catalogue", request, text,

@@ -27,12 +27,16 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
-from k2conform import markers as mk
+from k2conform import markers
 from k2conform.fuzzing.signature import matches
 from k2conform.model import Request
 
 _MARKERS = tuple(
-    sorted(set(mk.LEAK_MARKERS + (mk.THINK_BEGIN, mk.THINK_END, mk.IM_END)), key=len, reverse=True)
+    sorted(
+        set(markers.LEAK_MARKERS + (markers.THINK_BEGIN, markers.THINK_END, markers.IM_END)),
+        key=len,
+        reverse=True,
+    )
 )
 _MARKER_RE = re.compile("|".join(re.escape(m) for m in _MARKERS))
 

@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
-from k2conform import markers as mk
+from k2conform import markers
 from k2conform.model import Request, Result, StreamEvent, ToolCall, ToolCallDelta, tool_name
 
 
@@ -39,51 +39,51 @@ class State(str, enum.Enum):
     DONE = "done"
 
 
-_SECTION_BEGINS = (mk.SECTION_BEGIN, mk.SECTION_BEGIN_SINGULAR)
-_SECTION_ENDS = (mk.SECTION_END, mk.SECTION_END_SINGULAR)
+_SECTION_BEGINS = (markers.SECTION_BEGIN, markers.SECTION_BEGIN_SINGULAR)
+_SECTION_ENDS = (markers.SECTION_END, markers.SECTION_END_SINGULAR)
 #: Markers that only make sense inside a section: outside one they are dropped, never text.
-_STRAY_OUTSIDE_SECTION = (*_SECTION_ENDS, mk.ARGUMENT_BEGIN, mk.CALL_END)
+_STRAY_OUTSIDE_SECTION = (*_SECTION_ENDS, markers.ARGUMENT_BEGIN, markers.CALL_END)
 
 #: The markers each state reacts to; any other text there is that state's text.
 _STATE_MARKERS: dict[State, tuple[str, ...]] = {
     State.THINK: (
-        mk.THINK_END,
+        markers.THINK_END,
         *_SECTION_BEGINS,
-        mk.CALL_BEGIN,
-        mk.IM_END,
+        markers.CALL_BEGIN,
+        markers.IM_END,
         *_STRAY_OUTSIDE_SECTION,
     ),
-    State.TEXT: (*_SECTION_BEGINS, mk.CALL_BEGIN, mk.IM_END, *_STRAY_OUTSIDE_SECTION),
+    State.TEXT: (*_SECTION_BEGINS, markers.CALL_BEGIN, markers.IM_END, *_STRAY_OUTSIDE_SECTION),
     State.SECTION: (
-        mk.CALL_BEGIN,
+        markers.CALL_BEGIN,
         *_SECTION_ENDS,
-        mk.IM_END,
-        mk.ARGUMENT_BEGIN,
-        mk.CALL_END,
+        markers.IM_END,
+        markers.ARGUMENT_BEGIN,
+        markers.CALL_END,
         *_SECTION_BEGINS,
     ),
     State.HEADER: (
-        mk.ARGUMENT_BEGIN,
-        mk.CALL_BEGIN,
+        markers.ARGUMENT_BEGIN,
+        markers.CALL_BEGIN,
         *_SECTION_ENDS,
-        mk.CALL_END,
-        mk.IM_END,
+        markers.CALL_END,
+        markers.IM_END,
         *_SECTION_BEGINS,
     ),
     State.ARGS: (
-        mk.CALL_END,
-        mk.CALL_BEGIN,
+        markers.CALL_END,
+        markers.CALL_BEGIN,
         *_SECTION_ENDS,
-        mk.IM_END,
-        mk.ARGUMENT_BEGIN,
+        markers.IM_END,
+        markers.ARGUMENT_BEGIN,
         *_SECTION_BEGINS,
     ),
 }
 #: Per state, the next "<" that can begin one of its markers (or the data ends after it);
 #: any other "<" is text of the state.
 _STATE_MARKER_START: dict[State, re.Pattern[str]] = {
-    state: re.compile("<(?:(?=[" + re.escape("".join(sorted({m[1] for m in markers}))) + r"])|\Z)")
-    for state, markers in _STATE_MARKERS.items()
+    state: re.compile("<(?:(?=[" + re.escape("".join(sorted({m[1] for m in tokens}))) + r"])|\Z)")
+    for state, tokens in _STATE_MARKERS.items()
 }
 
 
@@ -97,21 +97,23 @@ class _Markers:
     longest: int
 
     @classmethod
-    def of(cls, markers: Sequence[str]) -> _Markers:
+    def of(cls, tokens: Sequence[str]) -> _Markers:
         return cls(
-            re.compile("|".join(re.escape(m) for m in markers)),
-            frozenset(m[:k] for m in markers for k in range(1, len(m))),
-            max(map(len, markers)),
+            re.compile("|".join(re.escape(m) for m in tokens)),
+            frozenset(m[:k] for m in tokens for k in range(1, len(m))),
+            max(map(len, tokens)),
         )
 
 
 _STATE_MARKER_TABLES: dict[State, _Markers] = {
-    state: _Markers.of(markers) for state, markers in _STATE_MARKERS.items()
+    state: _Markers.of(tokens) for state, tokens in _STATE_MARKERS.items()
 }
 #: The markers the arguments state meets without firing STRUCT.missing-call-end.
-_CLOSE_OR_KEEP_ARGS = frozenset((mk.CALL_END, mk.ARGUMENT_BEGIN, *_SECTION_BEGINS))
+_CLOSE_OR_KEEP_ARGS = frozenset((markers.CALL_END, markers.ARGUMENT_BEGIN, *_SECTION_BEGINS))
 #: Markers that end the arguments; inside a JSON string they are literal (ARGS.marker-in-string).
-_ARGS_TERMINATORS = frozenset((mk.CALL_END, mk.CALL_BEGIN, *_SECTION_ENDS, mk.IM_END))
+_ARGS_TERMINATORS = frozenset(
+    (markers.CALL_END, markers.CALL_BEGIN, *_SECTION_ENDS, markers.IM_END)
+)
 
 _ARGS_OUTSIDE_STRING = re.compile(r'["<]')
 _ARGS_INSIDE_STRING = re.compile(r'["\\<]')
@@ -251,16 +253,16 @@ class ReferenceParser:
                 continue
             if self._at_output_start:
                 if (
-                    len(data) - pos < len(mk.THINK_BEGIN)
-                    and mk.THINK_BEGIN.startswith(data[pos:])
+                    len(data) - pos < len(markers.THINK_BEGIN)
+                    and markers.THINK_BEGIN.startswith(data[pos:])
                     and not final
                 ):
                     self._pending = data[pos:]
                     return
                 self._at_output_start = False
-                if data.startswith(mk.THINK_BEGIN, pos):
+                if data.startswith(markers.THINK_BEGIN, pos):
                     self._fire("THINK.leading-open-tag")
-                    pos += len(mk.THINK_BEGIN)
+                    pos += len(markers.THINK_BEGIN)
                     continue
             found = _STATE_MARKER_START[self._state].search(data, pos)
             if found is None:
@@ -324,7 +326,7 @@ class ReferenceParser:
         if marker is None:
             self._args_text(data[pos : i + 1])
             return i + 1
-        if self._in_string and not self._markers_trusted and marker != mk.IM_END:
+        if self._in_string and not self._markers_trusted and marker != markers.IM_END:
             self._fire("ARGS.marker-in-string")
             self._args_text(data[pos:i])
             if marker in _ARGS_TERMINATORS and self._held is None:
@@ -396,7 +398,7 @@ class ReferenceParser:
 
     def _marker(self, marker: str) -> None:
         state = self._state
-        if marker == mk.IM_END:
+        if marker == markers.IM_END:
             self._end_of_output()
             self._fire("END.im-end")
             return
@@ -406,28 +408,28 @@ class ReferenceParser:
                 return
             if state is State.THINK:
                 self._fire(
-                    "THINK.end" if marker == mk.THINK_END else "THINK.implicit-end-at-section"
+                    "THINK.end" if marker == markers.THINK_END else "THINK.implicit-end-at-section"
                 )
-                if marker == mk.THINK_END:
+                if marker == markers.THINK_END:
                     self._state = State.TEXT
                     return
             self._open_section(marker)
-            if marker == mk.CALL_BEGIN:
+            if marker == markers.CALL_BEGIN:
                 self._begin_header()
             return
         if state is State.ARGS and marker not in _CLOSE_OR_KEEP_ARGS:
             self._fire("STRUCT.missing-call-end")
-        if marker == mk.CALL_BEGIN:
+        if marker == markers.CALL_BEGIN:
             self._end_call()
             self._begin_header()
         elif marker in _SECTION_ENDS:
             self._end_call()
-            if marker == mk.SECTION_END_SINGULAR:
+            if marker == markers.SECTION_END_SINGULAR:
                 self._fire("STRUCT.singular-section-markers")
             self._state = State.TEXT
-        elif marker == mk.ARGUMENT_BEGIN and state is State.HEADER:
+        elif marker == markers.ARGUMENT_BEGIN and state is State.HEADER:
             self._begin_args()
-        elif marker == mk.CALL_END and state in (State.ARGS, State.HEADER):
+        elif marker == markers.CALL_END and state in (State.ARGS, State.HEADER):
             self._end_call()
         else:
             self._fire("STRUCT.stray-marker")
@@ -436,9 +438,9 @@ class ReferenceParser:
         if self._section_seen:
             self._fire("STRUCT.several-sections")
         self._section_seen = True
-        if marker == mk.CALL_BEGIN:
+        if marker == markers.CALL_BEGIN:
             self._fire("STRUCT.call-without-section")
-        elif marker == mk.SECTION_BEGIN_SINGULAR:
+        elif marker == markers.SECTION_BEGIN_SINGULAR:
             self._fire("STRUCT.singular-section-markers")
         self._state = State.SECTION
 
@@ -613,14 +615,14 @@ def events_to_stream_event(events: Sequence[tuple]) -> StreamEvent | None:
     )
 
 
-def _marker_at(data: str, i: int, markers: _Markers, final: bool) -> tuple[str | None, bool]:
+def _marker_at(data: str, i: int, table: _Markers, final: bool) -> tuple[str | None, bool]:
     """The marker starting at ``data[i]``; or whether the text there may still become one."""
-    found = markers.first.match(data, i)
+    found = table.first.match(data, i)
     if found is not None:
         return found.group(), False
-    if final or len(data) - i >= markers.longest:
+    if final or len(data) - i >= table.longest:
         return None, False
-    return None, data[i:] in markers.prefixes
+    return None, data[i:] in table.prefixes
 
 
 def _dotted_suffixes(name: str) -> Iterable[str]:

@@ -16,7 +16,7 @@ import re
 import traceback
 from typing import Any, Mapping, Sequence
 
-from k2conform import markers as mk
+from k2conform import markers
 from k2conform.errors import UsageError
 
 DEFAULT_SYSTEM_PROMPT = "You are Kimi, an AI assistant created by Moonshot AI."
@@ -46,13 +46,13 @@ def render(
     out: list[str] = []
     if tools:
         declared = json.dumps(list(tools), separators=(",", ":"), ensure_ascii=False)
-        out.append(_turn(mk.IM_SYSTEM, "tool_declare", declared))
+        out.append(_turn(markers.IM_SYSTEM, "tool_declare", declared))
     if not messages or messages[0].get("role") != "system":
-        out.append(_turn(mk.IM_SYSTEM, "system", DEFAULT_SYSTEM_PROMPT) + "\n")
+        out.append(_turn(markers.IM_SYSTEM, "system", DEFAULT_SYSTEM_PROMPT) + "\n")
     for message in messages:
         out.append(render_message(message))
     if add_generation_prompt:
-        out.append(f"{mk.IM_ASSISTANT}assistant{mk.IM_MIDDLE}")
+        out.append(f"{markers.IM_ASSISTANT}assistant{markers.IM_MIDDLE}")
     return "".join(out)
 
 
@@ -60,18 +60,18 @@ def render_message(message: Mapping[str, Any]) -> str:
     role = message.get("role")
     name = message.get("name") or role
     if role == "user":
-        return _turn(mk.IM_USER, name, render_content(message.get("content")))
+        return _turn(markers.IM_USER, name, render_content(message.get("content")))
     if role == "assistant":
         body = render_content(message.get("content")) + render_tool_calls(
             message.get("tool_calls") or ()
         )
-        return _turn(mk.IM_ASSISTANT, name, body)
+        return _turn(markers.IM_ASSISTANT, name, body)
     if role == "tool":
         body = (
             f"## Return of {message.get('tool_call_id')}\n{render_content(message.get('content'))}"
         )
-        return _turn(mk.IM_SYSTEM, message.get("name") or "tool", body)
-    return _turn(mk.IM_SYSTEM, name, render_content(message.get("content")))
+        return _turn(markers.IM_SYSTEM, message.get("name") or "tool", body)
+    return _turn(markers.IM_SYSTEM, name, render_content(message.get("content")))
 
 
 def render_tool_calls(tool_calls: Sequence[Mapping[str, Any]]) -> str:
@@ -83,8 +83,10 @@ def render_tool_calls(tool_calls: Sequence[Mapping[str, Any]]) -> str:
         arguments = call["function"]["arguments"]
         if not isinstance(arguments, str):
             arguments = json.dumps(arguments, ensure_ascii=False)
-        calls.append(f"{mk.CALL_BEGIN}{call['id']}{mk.ARGUMENT_BEGIN}{arguments}{mk.CALL_END}")
-    return f"{mk.SECTION_BEGIN}{''.join(calls)}{mk.SECTION_END}"
+        calls.append(
+            f"{markers.CALL_BEGIN}{call['id']}{markers.ARGUMENT_BEGIN}{arguments}{markers.CALL_END}"
+        )
+    return f"{markers.SECTION_BEGIN}{''.join(calls)}{markers.SECTION_END}"
 
 
 def render_content(content: Any) -> str:
@@ -102,7 +104,7 @@ def render_content(content: Any) -> str:
 
 
 def _turn(marker: str, name: str, body: str) -> str:
-    return f"{marker}{name}{mk.IM_MIDDLE}{body}{mk.IM_END}"
+    return f"{marker}{name}{markers.IM_MIDDLE}{body}{markers.IM_END}"
 
 
 def render_with_template(
@@ -191,7 +193,7 @@ def _render_template(
         messages=list(messages),
         tools=list(tools) or None,
         add_generation_prompt=add_generation_prompt,
-        bos_token=mk.BOS,
-        eos_token=mk.EOS,
+        bos_token=markers.BOS,
+        eos_token=markers.EOS,
         **kwargs,
     )

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import shlex
 
-from k2conform import markers as mk
-from k2conform.delivery import modes as dl
+from k2conform import markers
+from k2conform.delivery import modes
 from k2conform.model import CaseSummary, Cell, Delta
 
 
 def repro_command(cell: Cell, seed: int) -> str:
     """The ``k2conform report-finding`` command that reruns this cell and writes its bug report
     (for a ``grammar`` cell, the ``k2conform grammar`` command that draws it again)."""
-    if cell.delivery == dl.GRAMMAR_MODE:
+    if cell.delivery == modes.GRAMMAR_MODE:
         from k2conform.case.samples import source_of
 
         return shlex.join(
@@ -21,7 +21,7 @@ def repro_command(cell: Cell, seed: int) -> str:
                 "k2conform",
                 "grammar",
                 "--engine",
-                dl.grammar_engine(cell.adapter),
+                modes.grammar_engine(cell.adapter),
                 "--case",
                 source_of(cell.case),
                 "--seed",
@@ -37,10 +37,10 @@ def repro_command(cell: Cell, seed: int) -> str:
         "--delivery",
         cell.delivery,
     ]
-    if cell.delivery in dl.SEEDED_MODES and seed != dl.DEFAULT_SEED:
+    if cell.delivery in modes.SEEDED_MODES and seed != modes.DEFAULT_SEED:
         words += ["--seed", str(seed)]
-    burst = dl.burst_of(cell.variant)
-    if burst is not None and burst != dl.DEFAULT_BURST:
+    burst = modes.burst_of(cell.variant)
+    if burst is not None and burst != modes.DEFAULT_BURST:
         words += ["--burst", str(burst)]
     # the report and its standalone script as files (CASE.md, CASE.py), not 500 lines on stdout
     return shlex.join([*words, "--out", f"{cell.case}.md"])
@@ -71,18 +71,18 @@ def delivered_deltas(case: CaseSummary, cell: Cell, seed: int) -> tuple[Delta, .
     from k2conform.delivery.tokenizer import load_tokenizer
 
     # A grammar cell's variant is the parse mode it reports (none: the grammar alone judged it).
-    mode = (cell.variant or "whole") if cell.delivery == dl.GRAMMAR_MODE else cell.delivery
-    if mode in ("whole", *dl.SERVER_MODES):
+    mode = (cell.variant or "whole") if cell.delivery == modes.GRAMMAR_MODE else cell.delivery
+    if mode in ("whole", *modes.SERVER_MODES):
         return None
-    variants = dl.deliveries(
+    variants = modes.deliveries(
         case.model_output,
         mode,
         load_tokenizer(None),
-        seed=dl.case_seed(seed, cell.case),
+        seed=modes.case_seed(seed, cell.case),
         recorded=case.deltas,
-        burst=dl.burst_of(cell.variant) or dl.DEFAULT_BURST,
-        tool=dl.cutoff_tool(case.request.tool_names),
+        burst=modes.burst_of(cell.variant) or modes.DEFAULT_BURST,
+        tool=modes.cutoff_tool(case.request.tool_names),
         spelled=case.spelled_markers,
-        format=case.format or mk.FORMAT,
+        format=case.format or markers.FORMAT,
     )
     return next((v.deltas for v in variants if v.label in (cell.variant, mode)), None)

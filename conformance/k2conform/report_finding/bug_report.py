@@ -28,7 +28,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
-from k2conform.delivery import modes as dl
+from k2conform.delivery import modes
 from k2conform.judge.compare import compare_results
 from k2conform.case.corpus import CompletionCase
 from k2conform.adapter.harness import execute
@@ -50,7 +50,7 @@ _BLOCK = (
 
 
 def script_for(
-    adapter: Any, case: CompletionCase, variant: dl.Delivery, expected: dict | None
+    adapter: Any, case: CompletionCase, variant: modes.Delivery, expected: dict | None
 ) -> str | None:
     method = adapter.repro_script
     context = {"expected": expected, "case_id": case.id}
@@ -150,7 +150,7 @@ def reproduces(case: CompletionCase, cell: Any, run: dict[str, Any]) -> tuple[bo
 
 
 def other_results(
-    args: argparse.Namespace, target: str, case: CompletionCase, variant: dl.Delivery
+    args: argparse.Namespace, target: str, case: CompletionCase, variant: modes.Delivery
 ) -> list[dict[str, Any]]:
     rows = []
     names = args.compare or [n for n in default_adapter_names() if n != target]
@@ -240,7 +240,7 @@ def markdown(
     case: CompletionCase,
     adapter: Any,
     cell: Any,
-    variant: dl.Delivery,
+    variant: modes.Delivery,
     others: Sequence[dict[str, Any]],
     script: str | None,
     script_path: Path | None,
@@ -330,7 +330,7 @@ def _reproduction_state(verdict: tuple[bool, str] | None) -> str:
     return "reproduced on its own" if verdict[0] else "NOT reproduced on its own"
 
 
-def _delivery_lines(variant: dl.Delivery) -> list[str]:
+def _delivery_lines(variant: modes.Delivery) -> list[str]:
     """The delivery section: one-shot, or the deltas as fed (markers visible, ids beside)."""
     if not variant.streaming:
         return ["The complete output in one call of the one-shot (non-streaming) API."]

@@ -10,7 +10,7 @@ from typing import Any
 
 from k2conform.adapter.registry import create_adapter, load
 from k2conform.case.corpus import default_corpus_dir, load_corpus
-from k2conform.delivery import modes as dl
+from k2conform.delivery import modes
 from k2conform.errors import UsageError
 from k2conform.report_finding.bug_report import (
     markdown,
@@ -42,7 +42,10 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("case", help="case id")
     p.add_argument("--adapter", required=True, help="in-process adapter name (see list-adapters)")
     p.add_argument(
-        "--delivery", default="whole", choices=list(dl.MODES), help="delivery mode (default: whole)"
+        "--delivery",
+        default="whole",
+        choices=list(modes.MODES),
+        help="delivery mode (default: whole)",
     )
     p.add_argument(
         "--out",
@@ -62,8 +65,8 @@ def add_parser(subparsers: Any) -> None:
         "are shown too (parsers in other environments)",
     )
     p.add_argument("--corpus", type=Path, help="corpus directory (default: the shipped corpus)")
-    p.add_argument("--seed", type=int, default=dl.DEFAULT_SEED)
-    p.add_argument("--burst", type=int, default=dl.DEFAULT_BURST)
+    p.add_argument("--seed", type=int, default=modes.DEFAULT_SEED)
+    p.add_argument("--burst", type=int, default=modes.DEFAULT_BURST)
     p.add_argument(
         "--tokenizer", help="directory with the real tiktoken.model and tokenizer_config.json"
     )
@@ -97,7 +100,9 @@ def cmd_report_finding(args: argparse.Namespace) -> int:
         raise UsageError(
             f"{case.id} [{args.delivery}] is {cell.outcome} for {adapter.name}: not a finding"
         )
-    variants = dl.case_deliveries(case, args.delivery, tokenizer, seed=args.seed, burst=args.burst)
+    variants = modes.case_deliveries(
+        case, args.delivery, tokenizer, seed=args.seed, burst=args.burst
+    )
     variant = next((v for v in variants if v.label == cell.variant), variants[0])
 
     others = other_results(args, adapter.name, case, variant)

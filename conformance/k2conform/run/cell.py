@@ -19,7 +19,7 @@ from k2conform.adapter.contract import RETRY_FACTOR
 from k2conform.adapter.harness import execute
 from k2conform.adapter.registry import Availability, load
 from k2conform.case.corpus import CompletionCase
-from k2conform.delivery import modes as dl
+from k2conform.delivery import modes
 from k2conform.delivery.modes import Delivery
 from k2conform.errors import UsageError
 from k2conform.judge.cell import judge_result
@@ -30,8 +30,8 @@ from k2conform.model import SEVERITY, Cell, Request, ResultOutcome
 class CellSettings:
     """How a cell is delivered and how long it may take."""
 
-    seed: int = dl.DEFAULT_SEED
-    burst: int = dl.DEFAULT_BURST
+    seed: int = modes.DEFAULT_SEED
+    burst: int = modes.DEFAULT_BURST
     tokenizer: str | None = None  #: a real Kimi tokenizer directory (None: the stand-in)
     deadline: float = 20.0  #: seconds for all of a cell's variants
 
@@ -120,7 +120,7 @@ def run_cell(
     unfit = _mode_unfit(adapter, case, mode)
     if unfit:
         return Cell.failed(case.id, adapter.name, mode, "unavailable", unfit)
-    variants = dl.case_deliveries(
+    variants = modes.case_deliveries(
         case, mode, _tokenizer(settings), seed=settings.seed, burst=settings.burst
     )
     cache = whole_cache if whole_cache is not None else {}
@@ -159,20 +159,20 @@ def case_unfit(
     options itself (``request_options``);
     ``stream-recorded`` replays the deltas a case recorded.  The matrix plans no such cell;
     asked for one, it is ``unavailable`` with this reason."""
-    if case.request_level and mode not in dl.SERVER_MODES:
+    if case.request_level and mode not in modes.SERVER_MODES:
         return (
             "a request-level case (expected.request): judged where a request is served, in the "
             "server modes and by k2conform grammar"
         )
     unapplied = sorted(set(case.request.server_options) - set(request_options))
-    if unapplied and mode not in dl.SERVER_MODES:
+    if unapplied and mode not in modes.SERVER_MODES:
         return (
             f"a server-level case (request.server_options {', '.join(unapplied)}): judged in "
             "the server modes and by adapters that apply those options"
         )
     if mode == "stream-recorded" and case.deltas is None:
         return "the case has no recorded deltas"
-    if case.spelled_markers and mode in dl.TEXT_LEVEL_MODES:
+    if case.spelled_markers and mode in modes.TEXT_LEVEL_MODES:
         return "it spells markers from ordinary token ids, and a text-level mode sends no ids"
     return None
 
@@ -180,9 +180,9 @@ def case_unfit(
 def _mode_unfit(adapter: Any, case: CompletionCase, mode: str) -> str | None:
     """Why this adapter cannot take this case in this mode (None: it can).  Server modes need a
     server adapter, which takes nothing else."""
-    if mode not in dl.adapter_modes(adapter):
-        modes = ", ".join(dl.adapter_modes(adapter))
-        return f"{adapter.name} takes the delivery modes {modes}, not {mode}"
+    if mode not in modes.adapter_modes(adapter):
+        taken = ", ".join(modes.adapter_modes(adapter))
+        return f"{adapter.name} takes the delivery modes {taken}, not {mode}"
     return case_unfit(case, mode, adapter.request_options)
 
 
@@ -206,7 +206,7 @@ def _judged(
             cache[key] = execute(
                 adapter,
                 case.request,
-                dl.case_deliveries(case, "whole", _tokenizer(settings), seed=settings.seed)[0],
+                modes.case_deliveries(case, "whole", _tokenizer(settings), seed=settings.seed)[0],
             )
         whole = cache[key]
     judged = [judge_result(case, result, whole) for result in results]

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from k2conform import __version__
-from k2conform import markers as mk
+from k2conform import markers
 from k2conform.case.corpus import CompletionCase
 from k2conform.errors import UsageError
 from k2conform.model import AdapterRow, CaseSummary, Cell, ResultOutcome, RunResults
@@ -52,7 +52,7 @@ def case_summary(case: CompletionCase) -> CaseSummary:
         tuple(case.deltas) if case.deltas else None,
         case.expected.to_json() if case.expected else None,
         tuple(case.spelled_markers),
-        case.format if case.format != mk.FORMAT else None,
+        case.format if case.format != markers.FORMAT else None,
     )
 
 

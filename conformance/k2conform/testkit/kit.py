@@ -41,7 +41,7 @@ from typing import Any, Iterator, Sequence
 
 import pytest
 
-from k2conform.delivery import modes as dl
+from k2conform.delivery.modes import DEFAULT_BURST, DEFAULT_MODES, DEFAULT_SEED, MODES
 from k2conform.adapter.contract import Adapter
 from k2conform.gate.baseline import BaselineEntry, load_baseline
 from k2conform.case.corpus import CompletionCase, default_corpus_dir, load_corpus
@@ -68,11 +68,11 @@ class ConformanceKit:
 
     adapter: Adapter
     baseline: Sequence[BaselineEntry] = ()
-    modes: Sequence[str] = dl.DEFAULT_MODES
+    modes: Sequence[str] = DEFAULT_MODES
     cases: Sequence[str] = ()
     corpus: Path | None = None
-    seed: int = dl.DEFAULT_SEED
-    burst: int = dl.DEFAULT_BURST
+    seed: int = DEFAULT_SEED
+    burst: int = DEFAULT_BURST
     tokenizer: str | None = None
     #: Seconds per cell before it is run again with ten times as long, then a ``timeout`` failure.
     timeout: float = 20.0
@@ -80,9 +80,9 @@ class ConformanceKit:
     _whole: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
-        unknown = [m for m in self.modes if m not in dl.MODES]
+        unknown = [m for m in self.modes if m not in MODES]
         if unknown:
-            raise ValueError(f"unknown delivery mode(s) {unknown} (known: {', '.join(dl.MODES)})")
+            raise ValueError(f"unknown delivery mode(s) {unknown} (known: {', '.join(MODES)})")
         root = Path(self.corpus) if self.corpus else default_corpus_dir()
         self.corpus = root
         self._cases = {
@@ -244,8 +244,8 @@ def conformance_tests(
     modes: Sequence[str] | None = None,
     cases: Sequence[str] = (),
     corpus: str | os.PathLike[str] | None = None,
-    seed: int = dl.DEFAULT_SEED,
-    burst: int = dl.DEFAULT_BURST,
+    seed: int = DEFAULT_SEED,
+    burst: int = DEFAULT_BURST,
     tokenizer: str | None = None,
     timeout: float = 20.0,
     name: str = "test_k2conform",
@@ -268,7 +268,7 @@ def conformance_tests(
     kit = ConformanceKit(
         adapter,
         entries,
-        tuple(modes or dl.DEFAULT_MODES),
+        tuple(modes or DEFAULT_MODES),
         tuple(cases),
         Path(corpus) if corpus else None,
         seed,

@@ -23,7 +23,7 @@ from typing import Any
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from k2conform import markers as mk
+from k2conform import markers
 from k2conform.model import Request, ToolCall
 from k2conform.reference.render import render_tool_calls
 
@@ -66,14 +66,14 @@ def _text(**kwargs: Any) -> st.SearchStrategy[str]:
     """Text that never holds the end-of-turn token: generation stops at ``<|im_end|>`` (the
     spec's eos), so it cannot stand inside a call's arguments.  (Hypothesis also draws the
     string constants of the code under test, this marker among them.)"""
-    return st.text(**kwargs).filter(lambda text: mk.IM_END not in text)
+    return st.text(**kwargs).filter(lambda text: markers.IM_END not in text)
 
 
 def json_scalars(with_markers: bool = True) -> st.SearchStrategy[Any]:
     strings = _text(max_size=30)
     if with_markers:
         strings = st.one_of(
-            strings, st.sampled_from(mk.TOOL_MARKERS).map(lambda m: f"see {m} here")
+            strings, st.sampled_from(markers.TOOL_MARKERS).map(lambda m: f"see {m} here")
         )
     return st.one_of(
         st.none(),

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from k2conform.adapter.registry import create_adapter
-from k2conform.delivery import modes as dl
+from k2conform.delivery import modes
 from k2conform.errors import HarnessError, UsageError
 from k2conform.run.results import read_results
 from k2conform.setup.parsers import (
@@ -42,9 +42,9 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--base", required=True, metavar="SIDE", help="environment or results file")
     p.add_argument("--head", required=True, metavar="SIDE", help="environment or results file")
     p.add_argument(
-        "--delivery", action="append", choices=list(dl.MODES), help="modes (default: run's)"
+        "--delivery", action="append", choices=list(modes.MODES), help="modes (default: run's)"
     )
-    p.add_argument("--opt-in", action="append", choices=list(dl.OPT_IN_MODES), default=[])
+    p.add_argument("--opt-in", action="append", choices=list(modes.OPT_IN_MODES), default=[])
     p.add_argument("--case", action="append", metavar="GLOB", help="only these cases")
     p.add_argument("--seed", type=int, help="stream-random's base seed (default: run's)")
     p.add_argument("--timeout", type=float, help="seconds per cell (default: run's)")
