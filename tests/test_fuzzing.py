@@ -33,13 +33,7 @@ from k2conform.testkit.strategies import completions
 from entry_points import K2CONFORM
 
 ROOT = Path(__file__).resolve().parent.parent
-SB, SE, TB, AB, TE = (
-    markers.SECTION_BEGIN,
-    markers.SECTION_END,
-    markers.CALL_BEGIN,
-    markers.ARGUMENT_BEGIN,
-    markers.CALL_END,
-)
+SB, SE, TB, AB, TE = markers.TOOL_MARKERS
 ONE_CALL = f'Sure.{SB}{TB}functions.get_weather:0{AB}{{"city": "Paris"}}{TE}{SE}'
 TWO_CALLS = f'{SB}{TB}functions.a:0{AB}{{"x": 1}}{TE}{TB}functions.b.c:1{AB}{{"y": [2]}}{TE}{SE}'
 

@@ -22,13 +22,7 @@ from k2conform import markers
 from k2conform.adapter.contract import AdapterGlueError
 from k2conform.model import Delta, Request, StreamEvent, join_text
 
-SB, SE, TB, AB, TE = (
-    markers.SECTION_BEGIN,
-    markers.SECTION_END,
-    markers.CALL_BEGIN,
-    markers.ARGUMENT_BEGIN,
-    markers.CALL_END,
-)
+SB, SE, TB, AB, TE = markers.TOOL_MARKERS
 
 WEATHER = {
     "type": "function",
