@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from k2conform import formats
 from k2conform import markers
 from k2conform.delivery import modes
 from k2conform.case.corpus import CompletionCase, Expectation, load_case
@@ -122,12 +123,13 @@ class Differential:
         if self.tokenizer is None:
             self.tokenizer = load_tokenizer()
         self._spans = _SpanCache(self.tokenizer)
-        self.reference = create_adapter("reference")
+        oracle = formats.FORMATS[FORMAT].reference
+        self.reference = create_adapter(oracle)
         named = bool(self.adapter_names)
         names = list(self.adapter_names) if named else default_adapter_names()
         self.adapters = []
         for name in names:
-            if name == "reference":
+            if name == oracle:
                 continue
             adapter = create_adapter(name)
             if FORMAT not in adapter.formats:
