@@ -24,7 +24,11 @@ def pytest_collection_modifyitems(config, items):
     """One xdist group per file (``--dist loadgroup`` then sends files to workers whole, as
     ``loadfile`` would), except in a file that sets ``SPREAD_ACROSS_WORKERS = True``: its
     tests share nothing costly and go to whichever worker is free (test_more_parsers: one
-    subprocess per environment, 7 minutes on one worker)."""
+    subprocess per environment, 7 minutes on one worker).  Without xdist (``-p no:xdist``, as
+    tests/mutation/mutate.py runs) the mark is unregistered, and ``--strict-markers`` would
+    refuse it."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
     for item in items:
         module = getattr(item, "module", None)
         if module is not None and not getattr(module, "SPREAD_ACROSS_WORKERS", False):

@@ -305,6 +305,39 @@ def test_a_long_argument_delta_from_a_finely_fed_stream_is_held_back():
     assert kinds(HELD_BACK * 4, None) == []
 
 
+def test_a_hold_back_is_a_delta_over_twice_what_the_call_sent_before():
+    """A delta is held back only when it is more than twice the arguments sent before it: with
+    512 characters sent a piece at a time, a 1,024-character delta is not, 1,025 is (the
+    bounds of ``size > 2 * call.sent``, counted from 0)."""
+    from k2conform.judge.stream import HELD_BACK
+
+    def kinds(size):
+        opened = StreamEvent(tool_calls=(ToolCallDelta(0, "c", "f", ""),))
+        pieces = [StreamEvent(tool_calls=(ToolCallDelta(0, arguments="x" * 8),))] * 64
+        last = StreamEvent(tool_calls=(ToolCallDelta(0, arguments="y" * size),))
+        return [v.kind for v in assemble([opened, *pieces, last], 8).violations]
+
+    assert 2 * 64 * 8 == HELD_BACK
+    assert kinds(HELD_BACK) == []
+    assert kinds(HELD_BACK + 1) == [StreamKind.HELD_BACK]
+
+
+def test_the_hold_back_policy_is_the_one_the_docs_state():
+    """docs/cli.md states the liveness rule with its numbers; the policy's constants are those
+    numbers (a changed threshold is a changed rule, and its documentation changes with it)."""
+    import re
+    from pathlib import Path
+
+    from k2conform.judge.stream import HELD_BACK, HELD_BACK_RATIO
+
+    text = " ".join((Path(__file__).parents[1] / "docs" / "cli.md").read_text().split())
+    rule = re.search(r"max\(([\d,]+), (\d+) × F\) characters", text)
+    assert rule, "docs/cli.md no longer states the liveness rule"
+    assert (int(rule[1].replace(",", "")), int(rule[2])) == (HELD_BACK, HELD_BACK_RATIO)
+    assert f"`judge.stream.HELD_BACK` ({HELD_BACK:,})" in text
+    assert f"`HELD_BACK_RATIO` ({HELD_BACK_RATIO}:" in text
+
+
 def test_a_long_delta_that_repeats_what_was_streamed_is_no_hold_back():
     """A finishing step that resends a call's whole arguments after streaming them (vLLM
     0.10-0.11 with bursts, EasyDeL's final-delta check) is judged by the arguments it
