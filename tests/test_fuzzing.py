@@ -3,6 +3,7 @@ and every atheris target run briefly in a subprocess (as CI does)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import re
@@ -27,6 +28,7 @@ from k2conform.fuzzing.envelope import (
 )
 from k2conform.fuzzing.seeds import build_seed_corpus, dictionary_text
 from k2conform.fuzzing.signature import classify, components, matches, parse_signature, signature
+from k2conform.fuzzing.syntax import K2 as K2_SYNTAX
 from k2conform.model import Result, ToolCall
 from k2conform.testkit.strategies import completions
 
@@ -45,7 +47,7 @@ def _available(name: str) -> bool:
 
 
 def _markers(text: str) -> list[str]:
-    return [m.group() for m in mu._MARKER_RE.finditer(text)]
+    return [m.group() for m in K2_SYNTAX.occurrence.finditer(text)]
 
 
 def _text_bytes_valid(data: bytes) -> bool:
@@ -129,7 +131,9 @@ def _without_one(text, marker):
 
 def test_insert_adds_one_marker():
     def check(b, a):
-        assert any(b.text in _without_one(a.text, m) for m in mu.MARKERS + mu.EXTRA_MARKERS), a
+        assert any(
+            b.text in _without_one(a.text, m) for m in K2_SYNTAX.units + K2_SYNTAX.extra_units
+        ), a
 
     _each("insert", ONE_CALL, check)
 
@@ -145,7 +149,7 @@ def test_drop_removes_one_marker():
 def test_duplicate_repeats_a_marker_in_place():
     def check(b, a):
         assert len(_markers(a.text)) == len(_markers(b.text)) + 1
-        assert any(m + m in a.text for m in mu.MARKERS)
+        assert any(m + m in a.text for m in K2_SYNTAX.units)
 
     _each("duplicate", ONE_CALL, check)
 
@@ -163,7 +167,7 @@ def test_reorder_swaps_two_markers():
 def test_truncate_leaves_a_marker_prefix():
     def check(b, a):
         assert len(_markers(a.text)) == len(_markers(b.text)) - 1
-        assert 0 < len(b.text) - len(a.text) < max(map(len, mu.MARKERS))
+        assert 0 < len(b.text) - len(a.text) < max(map(len, K2_SYNTAX.units))
 
     _each("truncate", ONE_CALL, check)
 
@@ -204,7 +208,8 @@ def test_splice_replaces_an_argument_body():
     def check(b, a):
         assert a.text.startswith(b.text.split(AB)[0] + AB) and a.text.endswith(TE + SE)
         assert any(
-            f"{AB}{body}{TE}" in a.text for body in mu.ARGUMENT_POOL + ('{"x": 1}', '{"y": [2]}')
+            f"{AB}{body}{TE}" in a.text
+            for body in K2_SYNTAX.argument_pool + ('{"x": 1}', '{"y": [2]}')
         )
 
     _each("splice", TWO_CALLS, check)
@@ -214,7 +219,7 @@ def test_split_cuts_inside_a_marker():
     for seed in range(30):
         after = mu.apply("split", FuzzInput(ONE_CALL, 0, ()), random.Random(seed))
         (cut,) = after.split_points()
-        assert any(m.start() < cut < m.end() for m in mu._MARKER_RE.finditer(ONE_CALL))
+        assert any(m.start() < cut < m.end() for m in K2_SYNTAX.occurrence.finditer(ONE_CALL))
 
 
 def test_cuts_and_flags_operations():
@@ -1032,3 +1037,219 @@ def test_the_fuzzer_delivers_an_input_as_the_matrix_delivers_its_case(mode):
     assert "read_file" in (matrix[0].variant or "read_file")
     # a seeded token-aligned mode draws from the case's id, which a finding has not yet
     assert "stream-coalesced" not in FUZZ_MODES and "stream-random" in FUZZ_MODES
+
+
+# -- Kimi K3: the same fuzzers over the second format --------------------------------------------
+
+K3_CALL = (
+    'Let me check.<|close|>think<|sep|><|open|>tools<|sep|><|open|>call tool="get_weather" '
+    'index="0"<|sep|><|open|>argument key="city" type="string"<|sep|>Paris<|close|>argument<|sep|>'
+    "<|close|>call<|sep|><|close|>tools<|sep|><|close|>message<|sep|>"
+)
+
+
+def test_every_format_has_its_fuzzing_syntax():
+    from k2conform import formats
+    from k2conform.fuzzing.syntax import SYNTAXES
+
+    assert set(SYNTAXES) == set(formats.FORMATS)
+    assert all(SYNTAXES[name].format == name for name in SYNTAXES)
+
+
+def test_k3_inputs_declare_the_tools_their_calls_name_and_spell_k3_markers():
+    """The envelope reads a K3 call's ``tool`` attribute (unescaped), and a spelled delivery
+    spells one of K3's four special tokens, never a K2 marker."""
+    from k2conform.k3 import markers as k3
+
+    text = K3_CALL.replace('tool="get_weather"', 'tool="a&quot;b&amp;c"')
+    fuzz = FuzzInput(text, DECLARE_TOOLS, None, k3.FORMAT)
+    assert [t["function"]["name"] for t in fuzz.request().tools] == ['a"b&c']
+    assert FuzzInput(text, DECLARE_TOOLS).request().tools[0]["function"]["name"] == "get_weather"
+    spelled = FuzzInput(K3_CALL, DECLARE_TOOLS | SPELLED, None, k3.FORMAT).spelled_markers()
+    assert len(spelled) == 1 and K3_CALL.startswith(k3.MARKERS, spelled[0])
+    assert decode(fuzz.encode(), k3.FORMAT) == FuzzInput(text, DECLARE_TOOLS, None, k3.FORMAT)
+
+
+def test_the_mutator_moves_k3_tags_and_rewrites_k3_calls():
+    """Every text operation acts on a K3 call (none leaves it unchanged on every seed), the
+    result stays a K3 input, and the call-level ones change what the K3 reference reads:
+    ``index`` the call's index attribute, ``name`` its tool (attribute escapes included),
+    ``splice`` an argument's attributes and value."""
+    from k2conform.k3 import markers as k3
+    from k2conform.k3.parser import parse
+
+    fuzz = FuzzInput(K3_CALL, DECLARE_TOOLS, None, k3.FORMAT)
+    for operation in mu.TEXT_OPERATIONS:
+        after = [mu.apply(operation, fuzz, random.Random(seed)) for seed in range(12)]
+        assert all(a.format == k3.FORMAT for a in after)
+        assert any(a.text != K3_CALL for a in after), operation
+    indexes = {mu.apply("index", fuzz, random.Random(s)).text for s in range(30)}
+    assert {re.search(r'index="([^"]*)"', t)[1] for t in indexes} - {"0"}
+    names = set()
+    for seed in range(60):
+        text = mu.apply("name", fuzz, random.Random(seed)).text
+        names.update(c.name for c in parse(text, fuzz.request()).tool_calls)
+    assert {'a"b', "a&b", "search.web"} <= names
+    spliced = {mu.apply("splice", fuzz, random.Random(s)).text for s in range(30)}
+    assert any('key="days" type="number"' in t for t in spliced)
+    assert all(
+        t.endswith(
+            "<|close|>argument<|sep|><|close|>call<|sep|><|close|>tools<|sep|>"
+            "<|close|>message<|sep|>"
+        )
+        for t in spliced
+    )
+    moved = decode(mu.mutate(fuzz.encode(), 2048, 5, None, None, k3.FORMAT), k3.FORMAT)
+    assert moved.format == k3.FORMAT and moved.text != K3_CALL
+    assert K2_SYNTAX.occurrence.search(moved.text) is None  # no K2 marker put in
+
+
+def test_k3_seeds_are_the_k3_cases_and_its_dictionary_is_committed(tmp_path, corpus):
+    from k2conform.fuzzing.seeds import dictionary_file, dictionary_text, seed_inputs
+
+    k3_cases = [c for c in corpus.completions if c.format == "k3"]
+    seeds = seed_inputs(format="k3")
+    assert sorted(s.text for s in seeds) == sorted(c.model_output for c in k3_cases)
+    assert all(s.format == "k3" for s in seeds)
+    assert not {s.text for s in seeds} & {s.text for s in seed_inputs()}
+    assert build_seed_corpus(tmp_path, format="k3") == len({s.encode() for s in seeds})
+    committed = (ROOT / "fuzz" / dictionary_file("k3")).read_text(encoding="utf-8")
+    assert committed == dictionary_text("k3") and '"<|sep|>"' in committed
+
+
+def test_a_k3_leak_is_a_leaked_marker_by_the_k3_markers():
+    """``<|close|>message<|sep|>`` streamed into content (vllm-project/vllm#51412) is a leak of
+    K3's markers; judged by K2's it would only be drift."""
+    from k2conform.fuzzing.syntax import K3
+
+    expected = Result(content="It is sunny.")
+    leaked = Result(content="It is sunny.<|close|>message<|sep|>")
+    assert classify(expected, leaked, leaks=K3.leak_markers) == ("leaked-marker",)
+    assert classify(expected, leaked) == ("content-drift",)
+
+
+@NEEDS_PARSERS
+def test_the_k3_differential_finds_what_the_matrix_records(corpus):
+    """The K3 reference is the oracle and vllm-k3 and sglang-k3 the adapters under test: a
+    K3 case whose cells the baseline records as a lost call gives a ``dropped-call`` finding,
+    and its finding's case is a K3 case with the K3 verdict rule's prefix."""
+    from k2conform.fuzzing.differential import Differential, finding_case
+    from k2conform.fuzzing.seeds import fuzz_input
+
+    engine = Differential(format="k3")
+    assert engine.reference.name == "reference-k3"
+    assert engine.names == ["vllm-k3", "sglang-k3"]
+    case = next(c for c in corpus.completions if c.id == "n_k3_max_tokens_inside_call")
+    fuzz = fuzz_input(case)
+    observation = engine.observe(fuzz.request(), fuzz.text, "whole")
+    assert "dropped-call" in observation.kinds["vllm-k3"], observation.signature
+    found = finding_case(fuzz.request(), fuzz.text, observation, "differential-k3")
+    assert found.format == "k3" and found.id.startswith("n_fuzz_")
+    # judged by K3's markers: the message closer streamed into content (vllm-project/vllm#51399)
+    # is a leak, not drift
+    leak = next(
+        c for c in corpus.completions if c.id == "n_k3_message_close_without_response_close"
+    )
+    kinds = engine.observe(leak.request, leak.model_output, "stream-token").kinds
+    assert kinds["vllm-k3"] == ("leaked-marker",), kinds
+    spelled = dataclasses.replace(observation, spelled=(fuzz.text.index("<|close|>"),))
+    assert finding_case(fuzz.request(), fuzz.text, spelled, "differential-k3").id[:2] == "i_"
+
+
+def test_the_k3_fuzz_cli_refuses_what_it_cannot_fuzz():
+    for argv in (
+        ["fuzz", "reference", "--format", "k3", "--runs", "5"],
+        ["fuzz", "differential", "--format", "k3", "--adapter", "vllm", "--runs", "5"],
+    ):
+        done = subprocess.run([K2CONFORM, *argv], capture_output=True, text=True)
+        assert done.returncode == 2, (argv, done.stderr)
+        assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+@pytest.mark.slow
+@NEEDS_PARSERS
+def test_k2conform_fuzz_differential_format_k3_runs_and_judges_its_findings(tmp_path):
+    """The whole path over K3: seeds from the K3 cases, findings in their own table
+    (``signatures-differential-k3.json``) as K3 case files, each judged as the matrix judges
+    it, and the verdict line."""
+    from k2conform.case.corpus import load_case
+
+    findings = tmp_path / "findings"
+    build_seed_corpus(tmp_path / "seeds", format="k3")
+    (tmp_path / "work").mkdir()
+    done = subprocess.run(
+        [
+            K2CONFORM,
+            "fuzz",
+            "differential",
+            str(tmp_path / "work"),
+            str(tmp_path / "seeds"),
+            "--format",
+            "k3",
+            "--runs",
+            "150",
+            "--findings",
+            str(findings),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode in (0, 1), done.stderr[-3000:]
+    assert "k2conform fuzz differential-k3: " in done.stdout
+    table = json.loads((findings / "signatures-differential-k3.json").read_text())
+    assert table["signatures"], "no K3 disagreement found from the K3 seeds"
+    for row in table["signatures"]:
+        case = load_case(row["file"])
+        assert case.format == "k3" and case.generator["class"] == "FUZZ.differential-k3"
+    assert not (findings / "signatures-differential.json").exists()
+
+
+@NEEDS_PARSERS
+def test_minimize_shrinks_a_k3_finding_by_whole_k3_tags(corpus):
+    """The minimiser deletes a K3 tag (name and attributes) as one unit, judges candidates by
+    the K3 reference and verdict rule, and keeps the finding: a K3 case comes out, shorter."""
+    from k2conform.fuzzing.differential import Differential
+    from k2conform.fuzzing.syntax import K3
+    from k2conform.minimize.delta_debug import minimize_input, segments
+
+    opener = '<|open|>call tool="get_weather" index="0"<|sep|>'
+    assert (K3_CALL.index(opener), K3_CALL.index(opener) + len(opener)) in segments(
+        K3_CALL, False, False, K3
+    )
+    case = next(c for c in corpus.completions if c.id == "n_k3_max_tokens_inside_call")
+    engine = Differential(["vllm-k3"], format="k3")
+    observation, start, small, minimizer = minimize_input(
+        engine, case.request, case.model_output, "whole", target_signature="vllm-k3:dropped-call"
+    )
+    assert observation is not None and "dropped-call" in observation.kinds["vllm-k3"]
+    assert small.format == start.format == "k3" and len(small.text) < len(start.text)
+    assert observation.format == "k3"
+    # the matrix's judgement it held is the baseline's for the case: the call is lost
+    held = minimizer.engine.start_cells["vllm-k3"]
+    assert (held.outcome.value, tuple(held.fields)) == ("differs", ("count",))
+
+
+def test_the_differential_target_reads_inputs_in_its_engines_format():
+    """The target decodes every input in its engine's format: a K3 call's tool is declared."""
+    from types import SimpleNamespace
+
+    from k2conform.fuzzing.mutator import SeenInputs
+    from k2conform.fuzzing.targets import differential_target
+
+    requests = []
+
+    class Engine:
+        format = "k3"
+
+        def oracle(self, request, text):
+            requests.append(request)
+            return Result(content=text)
+
+        def observe(self, request, text, mode, cuts, **options):
+            return SimpleNamespace(signature="")
+
+    store = SimpleNamespace(tick=lambda repeated: None)
+    target = differential_target(Engine(), ("whole",), store, SeenInputs())
+    target(FuzzInput(K3_CALL.replace("get_weather", "search"), DECLARE_TOOLS).encode())
+    assert [t["function"]["name"] for t in requests[0].tools] == ["search"]

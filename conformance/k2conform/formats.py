@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from k2conform import markers
 from k2conform.k3 import markers as k3
-from k2conform.model import Request
+from k2conform.model import Request, Result
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,9 @@ class Format:
     standin_token_ids: Mapping[str, int]
     #: The reference adapter: the oracle of this format's cases.
     reference: str
+    #: The reference parser's one-shot parse, in process (the minimiser's oracle of the
+    #: candidates it makes; the reference adapter runs the same parser).
+    parse: Callable[[str, Request | None], Result]
     #: ``stream-interleaved``'s partner stream: a short answer, then two complete calls of the
     #: tool named.
     partner: Callable[[str], str]
@@ -56,6 +59,18 @@ def _k3_partner(tool: str) -> str:
     return "Checking." + k3.closer("think") + tools + k3.closer("message")
 
 
+def _k2_parse(output: str, request: Request | None) -> Result:
+    from k2conform.reference.parser import parse
+
+    return parse(output, request)
+
+
+def _k3_parse(output: str, request: Request | None) -> Result:
+    from k2conform.k3.parser import parse
+
+    return parse(output, request)
+
+
 def _k2_verdict(request: Request, output: str, spelled: bool) -> tuple[str, tuple[str, ...]]:
     from k2conform.case.verdict import verdict  # the rule reads the reference parser's policies
 
@@ -64,17 +79,34 @@ def _k2_verdict(request: Request, output: str, spelled: bool) -> tuple[str, tupl
 
 
 def _k3_verdict(request: Request, output: str, spelled: bool) -> tuple[str, tuple[str, ...]]:
-    from k2conform.k3.verdict import verdict  # no K3 case spells a marker yet
+    from k2conform.case.verdict import SPELLED_REASON
+    from k2conform.k3.verdict import verdict
 
-    return verdict(request, output)
+    prefix, reasons = verdict(request, output)
+    if not spelled:
+        return prefix, reasons
+    # a spelled marker is the implementation's choice in K3 as in K2 (the fuzzers' token axis)
+    return "i", (*(reasons if prefix == "i" else ()), SPELLED_REASON)
 
 
 FORMATS: dict[str, Format] = {
     markers.FORMAT: Format(
-        markers.FORMAT, tuple(markers.SPECIAL_TOKEN_IDS), {}, "reference", _k2_partner, _k2_verdict
+        markers.FORMAT,
+        tuple(markers.SPECIAL_TOKEN_IDS),
+        {},
+        "reference",
+        _k2_parse,
+        _k2_partner,
+        _k2_verdict,
     ),
     k3.FORMAT: Format(
-        k3.FORMAT, k3.MARKERS, k3.STANDIN_TOKEN_IDS, "reference-k3", _k3_partner, _k3_verdict
+        k3.FORMAT,
+        k3.MARKERS,
+        k3.STANDIN_TOKEN_IDS,
+        "reference-k3",
+        _k3_parse,
+        _k3_partner,
+        _k3_verdict,
     ),
 }
 #: The format of a case that names none.

@@ -191,11 +191,11 @@ def build_one(
         run_mode, cuts = "stream-recorded", modes.cut_points(pieces)
     key = _digest(behaviour.adapter, behaviour.family, behaviour.reason, behaviour.signatures,
                   behaviour.modes, source.id, mode)  # fmt: skip
-    engine = CellEngine(adapter, availability, settings, f"cat_probe_{key}")
+    engine = CellEngine(adapter, availability, settings, f"cat_probe_{key}", source.format)
     signature = target_signature(*target)
     minimizer = BudgetedMinimizer(engine, run_mode, signature, budget)
     spelled = source.spelled_markers if cuts is None else ()
-    start = Candidate(source.request, source.model_output, cuts, spelled)
+    start = Candidate(source.request, source.model_output, cuts, spelled, source.format)
     note = ""
     if target[0] == "timeout":
         small, note = None, "not minimised: every probe of a timeout waits out the deadline"

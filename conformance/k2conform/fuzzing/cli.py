@@ -7,10 +7,12 @@
     k2conform fuzz seed-corpus [OUT]
     k2conform fuzz reference DIR... --runs 1000   (corpus directories right after the target name)
     k2conform fuzz differential --seconds 600 --workers 2   (two fuzzing processes, one corpus)
+    k2conform fuzz differential --format k3 --seconds 600   (Kimi K3 output, its adapters)
 
 The target runs in a subprocess (libFuzzer owns its process and ends it with exit());
 without corpus directories it uses ``fuzz/work/NAME`` (new inputs) and the seed corpus
-``fuzz/seeds`` built from ``corpus/`` on demand.  With ``--workers N`` N such processes share
+``fuzz/seeds`` built from ``corpus/`` on demand (``--format k3``: ``fuzz/work/differential-k3``
+and ``fuzz/seeds-k3``, the K3 cases).  With ``--workers N`` N such processes share
 the first corpus directory (:mod:`k2conform.fuzzing.workers`); their findings tables are merged
 into one and the executions added up.  Exit status: 0 when the target ran to its limit
 without a crash and found nothing new, 1 when the target (any worker) crashed (a k2conform
@@ -30,6 +32,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from k2conform import formats
 from k2conform.adapter.registry import create_adapter
 from k2conform.fuzzing.instrument import INSTRUMENT_CHOICES
 from k2conform.fuzzing.targets import (
@@ -97,6 +100,13 @@ def add_parser(subparsers: Any) -> None:
         type=Path,
         help="seed-corpus: the case corpus to build from (default: the shipped one)",
     )
+    p.add_argument(
+        "--format",
+        choices=tuple(formats.FORMATS),
+        default=formats.DEFAULT,
+        help="the Kimi format fuzzed (differential and seed-corpus; default k2): its cases are "
+        "the seeds, its reference the oracle, its adapters the ones under test",
+    )
     p.add_argument("--no-seeds", action="store_true", help="do not add the seed corpus")
     p.add_argument(
         "--log",
@@ -122,6 +132,7 @@ def main_seed_corpus(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(prog="build_seed_corpus")
     parser.add_argument("out", nargs="?", type=Path, default=default_fuzz_dir() / "seeds")
     parser.add_argument("--corpus", type=Path)
+    parser.add_argument("--format", choices=tuple(formats.FORMATS), default=formats.DEFAULT)
     parser.add_argument(
         "--service",
         type=Path,
@@ -131,7 +142,7 @@ def main_seed_corpus(argv: Sequence[str]) -> int:
     )
     args = parser.parse_args(argv)
     if args.service is None:
-        return _seed_corpus(args.out, args.corpus)
+        return _seed_corpus(args.out, args.corpus, args.format)
     from k2conform.fuzzing.seeds import write_service_files
 
     for path in write_service_files(args.service, args.corpus):
@@ -139,12 +150,17 @@ def main_seed_corpus(argv: Sequence[str]) -> int:
     return 0
 
 
-def _seed_corpus(out: Path, corpus: Path | None) -> int:
+def _seed_corpus(out: Path, corpus: Path | None, format: str = formats.DEFAULT) -> int:
     from k2conform.fuzzing.seeds import build_seed_corpus
 
-    count = build_seed_corpus(out, corpus)
-    print(f"{count} seed inputs in {out}")
+    count = build_seed_corpus(out, corpus, format)
+    print(f"{count} {format} seed inputs in {out}")
     return 0
+
+
+def seeds_dir(fuzz_dir: Path, format: str) -> Path:
+    """``fuzz/seeds`` (K2), ``fuzz/seeds-k3``: a format's seed corpus."""
+    return fuzz_dir / ("seeds" if format == formats.DEFAULT else f"seeds-{format}")
 
 
 def cmd_fuzz(args: argparse.Namespace) -> int:
@@ -154,17 +170,18 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
     if args.target == "seed-corpus":
         if len(args.corpus_dirs) > 1:
             raise UsageError("seed-corpus takes one output directory")
-        return _seed_corpus(
-            args.corpus_dirs[0] if args.corpus_dirs else fuzz_dir / "seeds", args.corpus
-        )
+        out = args.corpus_dirs[0] if args.corpus_dirs else seeds_dir(fuzz_dir, args.format)
+        return _seed_corpus(out, args.corpus, args.format)
+    if args.format != formats.DEFAULT and args.target != "differential":
+        raise UsageError(f"--format {args.format}: the {args.target} target fuzzes K2 output only")
     if args.seconds is None and args.runs is None:
         raise UsageError("give --seconds N or --runs N (fuzzing never ends by itself)")
     if any(limit is not None and limit <= 0 for limit in (args.seconds, args.runs)):
         raise UsageError("--seconds and --runs must be more than 0 (0 means no limit to libFuzzer)")
-    from k2conform.fuzzing.differential import FUZZ_MODES, refuse_other_format
+    from k2conform.fuzzing.differential import FUZZ_MODES, refuse_other_format, run_label
 
     for name in args.adapter or ():  # an unknown name is a usage error before any process starts
-        refuse_other_format(create_adapter(name))
+        refuse_other_format(create_adapter(name), args.format)
     unknown = [m for m in args.delivery or () if m not in FUZZ_MODES]
     if unknown:  # likewise: the target would only find out inside libFuzzer's process
         raise UsageError(
@@ -172,15 +189,16 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         )
     if args.workers < 1 or (args.runs is not None and args.runs < args.workers):
         raise UsageError("--workers N: at least 1, and no more than --runs")
+    label = run_label(args.target, args.format)
     dirs = list(args.corpus_dirs)
     if not dirs:
-        work = fuzz_dir / "work" / args.target
+        work = fuzz_dir / "work" / label
         work.mkdir(parents=True, exist_ok=True)
         dirs = [work]
         if args.target in ENVELOPE_TARGETS and not args.no_seeds:
-            seeds = fuzz_dir / "seeds"
+            seeds = seeds_dir(fuzz_dir, args.format)
             if not seeds.is_dir() or not any(seeds.iterdir()):
-                _seed_corpus(seeds, args.corpus)
+                _seed_corpus(seeds, args.corpus, args.format)
             dirs.append(seeds)
     findings = args.findings or fuzz_dir / "findings"
     command = [sys.executable, "-m", "k2conform.fuzzing.targets", args.target]
@@ -195,14 +213,16 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         str(args.deadline),
         "--instrument",
         args.instrument,
+        "--format",
+        args.format,
     ]
-    dictionary = fuzz_dir / "kimi_k2.dict"
     if args.target in ENVELOPE_TARGETS:
-        if not dictionary.is_file():
-            from k2conform.fuzzing.seeds import dictionary_text
+        from k2conform.fuzzing.seeds import dictionary_file, dictionary_text
 
+        dictionary = fuzz_dir / dictionary_file(args.format)
+        if not dictionary.is_file():
             dictionary.parent.mkdir(parents=True, exist_ok=True)
-            dictionary.write_text(dictionary_text(), encoding="utf-8")
+            dictionary.write_text(dictionary_text(args.format), encoding="utf-8")
         command.append(f"-dict={dictionary}")
     if args.seconds is not None:
         command.append(f"-max_total_time={args.seconds}")
@@ -214,8 +234,8 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         *args.libfuzzer,
         *map(str, dirs),
     ]
-    log = None if args.verbose else (args.log or findings / f"fuzz-{args.target}.log")
-    return run_fuzz(args.target, command, args.runs, args.workers, findings, log, args.deadline)
+    log = None if args.verbose else (args.log or findings / f"fuzz-{label}.log")
+    return run_fuzz(label, command, args.runs, args.workers, findings, log, args.deadline)
 
 
 def run_fuzz(

@@ -21,11 +21,10 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from k2conform import formats
-from k2conform import markers
 from k2conform.delivery import modes
 from k2conform.case.corpus import CompletionCase, Expectation, load_case
-from k2conform.case.verdict import verdict as case_verdict
 from k2conform.fuzzing.signature import KINDS, classify, components, signature, slug
+from k2conform.fuzzing.syntax import SYNTAXES
 from k2conform.fuzzing.workers import claims_dir, table_path
 from k2conform.model import Delta, Request, Result, StreamKind, stream_violations
 
@@ -44,20 +43,24 @@ DEFAULT_FUZZ_MODES = ("whole", "stream-token")
 #: The modes that replay the fuzz input's own cut list (the others ignore it).
 CUT_MODES = ("stream-recorded",)
 DEFAULT_DEADLINE = 10.0
-#: The format the fuzzers mutate and the reference parser judges: an adapter of
-#: another format (``reference-k3``, ``vllm-k3``) is no adapter under test here.
-FORMAT = markers.FORMAT
 
 
-def refuse_other_format(adapter: Any) -> None:
-    """A usage error for an adapter named for fuzzing that does not parse ``FORMAT``."""
+def refuse_other_format(adapter: Any, format: str = formats.DEFAULT) -> None:
+    """A usage error for an adapter named for fuzzing that does not parse ``format``, the
+    format the fuzzers mutate (its reference adapter is the oracle)."""
     from k2conform.errors import UsageError
 
-    if FORMAT not in adapter.formats:
+    if format not in adapter.formats:
         raise UsageError(
-            f"adapter {adapter.name} parses {', '.join(adapter.formats)} output; the "
-            f"fuzzers mutate {FORMAT} output (its reference is the oracle)"
+            f"adapter {adapter.name} parses {', '.join(adapter.formats)} output; this run "
+            f"fuzzes {format} output (--format)"
         )
+
+
+def run_label(target: str, format: str) -> str:
+    """A run's name in its findings (tables, case classes): the target's, with the format
+    where it is not the default (``differential-k3``), so two formats' findings never meet."""
+    return target if format == formats.DEFAULT else f"{target}-{format}"
 
 
 class HarnessBug(AssertionError):
@@ -77,6 +80,8 @@ class Observation:
     variant: str = ""
     #: Offsets of the markers delivered as ordinary token pieces (``spelled_markers``).
     spelled: tuple[int, ...] = ()
+    #: The Kimi format of the input (its finding's case carries it).
+    format: str = formats.DEFAULT
 
     @property
     def axis(self) -> str:
@@ -109,12 +114,15 @@ class _SpanCache:
 
 @dataclass
 class Differential:
-    """Adapters loaded once; ``observe`` runs one input through them."""
+    """Adapters loaded once; ``observe`` runs one input through them.  ``format``: the Kimi
+    format of the inputs; its reference adapter is the oracle, and an adapter of another
+    format is none under test (named: a usage error)."""
 
     adapter_names: Sequence[str] | None = None
     deadline: float = DEFAULT_DEADLINE
     tokenizer: Any = None
     skipped: dict[str, str] = field(default_factory=dict)
+    format: str = formats.DEFAULT
 
     def __post_init__(self) -> None:
         from k2conform.adapter.registry import create_adapter, default_adapter_names, load
@@ -123,7 +131,8 @@ class Differential:
         if self.tokenizer is None:
             self.tokenizer = load_tokenizer()
         self._spans = _SpanCache(self.tokenizer)
-        oracle = formats.FORMATS[FORMAT].reference
+        self.leaks = SYNTAXES[self.format].leak_markers
+        oracle = formats.FORMATS[self.format].reference
         self.reference = create_adapter(oracle)
         named = bool(self.adapter_names)
         names = list(self.adapter_names) if named else default_adapter_names()
@@ -132,9 +141,9 @@ class Differential:
             if name == oracle:
                 continue
             adapter = create_adapter(name)
-            if FORMAT not in adapter.formats:
+            if self.format not in adapter.formats:
                 if named:
-                    refuse_other_format(adapter)
+                    refuse_other_format(adapter, self.format)
                 continue
             availability = load(adapter)
             if availability.status == "unavailable":
@@ -231,7 +240,7 @@ class Differential:
             found: list[str] = []
             for variant, unspelled in zip(variants, plain):
                 result = self.run(adapter, request, variant)
-                got = classify(expected, result, output)
+                got = classify(expected, result, output, self.leaks)
                 if got and spelling:
                     got = self._spelling_changed(
                         adapter, request, unspelled, expected, result, output
@@ -248,7 +257,9 @@ class Differential:
             self.verify_reference_stream(request, text, variants, expected)
         chosen = chosen or variants[0]
         deltas = tuple(d.text for d in chosen.deltas) if mode in modes.TEXT_LEVEL_MODES else None
-        return Observation(mode, expected, sig, kinds, results, deltas, chosen.label, spelling)
+        return Observation(
+            mode, expected, sig, kinds, results, deltas, chosen.label, spelling, self.format
+        )
 
     def _spelling_changed(
         self,
@@ -265,9 +276,13 @@ class Differential:
         handed, for duplicate emission)."""
         plain = self.run(adapter, request, unspelled)
         if plain.outcome != "ok":
-            return () if spelled.outcome == plain.outcome else classify(expected, spelled, output)
-        kinds = classify(plain, spelled, output)
-        if "broken-stream" in classify(expected, plain, output):  # the stream broke unspelled too
+            if spelled.outcome == plain.outcome:
+                return ()
+            return classify(expected, spelled, output, self.leaks)
+        kinds = classify(plain, spelled, output, self.leaks)
+        if "broken-stream" in classify(
+            expected, plain, output, self.leaks
+        ):  # the stream broke unspelled too
             kinds = tuple(k for k in kinds if k != "broken-stream")
         return kinds
 
@@ -326,18 +341,18 @@ def finding_case(
 ) -> CompletionCase:
     """A case file in the corpus format recording a disagreement.
 
-    The expectation is the oracle's result; the prefix is the verdict rule's
-    (:func:`k2conform.case.verdict.verdict`); description and source record the
-    signature, the delivery and every adapter's observed result; ``generator`` records what
-    ``k2conform minimize`` needs to reproduce it, and ``cells`` (adapter → the matrix's
-    :class:`~k2conform.model.Cell`, when ``minimize`` held them) the matrix's judgement.
+    The expectation is the oracle's result; the prefix is the verdict rule's of the
+    observation's format (:attr:`k2conform.formats.Format.verdict`), which the case carries;
+    description and source record the signature, the delivery and every adapter's observed
+    result; ``generator`` records what ``k2conform minimize`` needs to reproduce it, and
+    ``cells`` (adapter → the matrix's :class:`~k2conform.model.Cell`, when ``minimize`` held
+    them) the matrix's judgement.
     """
     focus = focus or observation.signature
     policies = list(observation.expected.meta.get("policies") or ())
     spelled = observation.spelled
-    verdict = (
-        case_verdict(request, text, spelled=bool(spelled)).prefix if target != "roundtrip" else "y"
-    )
+    rule = formats.FORMATS[observation.format].verdict
+    verdict = rule(request, text, bool(spelled))[0] if target != "roundtrip" else "y"
     digest = hashlib.sha256(
         json.dumps(
             [text, request.to_json(), observation.deltas, observation.mode]
@@ -401,6 +416,7 @@ def finding_case(
         deltas,
         expected,
         generator,
+        format=observation.format,
         spelled_markers=spelled,
     )
 

@@ -22,12 +22,12 @@ test suite (``tests/test_reference_parser.py``) and by the matrix's ``stream-cha
 from __future__ import annotations
 
 import random
-import re
 import zlib
 from dataclasses import dataclass
 
-from k2conform import markers
+from k2conform import formats
 from k2conform.delivery.modes import engine_output
+from k2conform.fuzzing.syntax import SYNTAXES, Syntax
 from k2conform.model import Request
 
 THINKING = 1
@@ -41,40 +41,38 @@ MAX_DECLARED = 8
 #: Cut points drawn for an input without a cut list.
 SAMPLED_CUTS = 4
 
-#: The markers :data:`SPELLED` may spell: the tool markers and the think tags.
-_SPELLABLE = re.compile(
-    "|".join(re.escape(m) for m in (*markers.TOOL_MARKERS, markers.THINK_BEGIN, markers.THINK_END))
-)
-_CALL_ID = re.compile(
-    re.escape(markers.CALL_BEGIN)
-    + r"\s*(?:functions\.)?([^\s<]{1,64}?)(?::\s*\d+)?\s*"
-    + re.escape(markers.ARGUMENT_BEGIN)
-)
-
 
 @dataclass(frozen=True)
 class FuzzInput:
     text: str
     flags: int = DECLARE_TOOLS
     cuts: tuple[int, ...] | None = None  # character offsets; None: derived from the input's hash
+    #: The Kimi format of the text: the target's, never in the bytes (:func:`decode`).
+    format: str = formats.DEFAULT
 
     @property
     def thinking(self) -> bool:
         return bool(self.flags & THINKING)
 
+    @property
+    def syntax(self) -> Syntax:
+        return SYNTAXES[self.format]
+
     def spelled_markers(self) -> tuple[int, ...]:
-        """With :data:`SPELLED`, the offset of the one marker (tool marker or think tag, up to
-        the end of turn) the model wrote from ordinary pieces, chosen by a hash of the text:
-        same text, other token ids (sgl-project/sglang PR #32677); else none."""
+        """With :data:`SPELLED`, the offset of the one marker (K2: a tool marker or think tag;
+        K3: a special token; up to the end of turn) the model wrote from ordinary pieces,
+        chosen by a hash of the text: same text, other token ids (sgl-project/sglang PR
+        #32677); else none."""
         if not self.flags & SPELLED:
             return ()
-        found = [m.start() for m in _SPELLABLE.finditer(engine_output(self.text))]
+        found = [m.start() for m in self.syntax.spellable.finditer(engine_output(self.text))]
         if not found:
             return ()
         return (found[zlib.crc32(self.text.encode("utf-8")) % len(found)],)
 
     def request(self) -> Request:
-        return Request(tools=tuple(declared_tools(self.text, self.flags)), thinking=self.thinking)
+        tools = declared_tools(self.text, self.flags, self.syntax)
+        return Request(tools=tuple(tools), thinking=self.thinking)
 
     def split_points(self) -> tuple[int, ...]:
         """The cut offsets of the text-level delivery (``stream-recorded`` replays its pieces)."""
@@ -106,10 +104,10 @@ def sample_cuts(length: int, seed: int, count: int = SAMPLED_CUTS) -> tuple[int,
     return tuple(sorted(random.Random(seed).sample(inner, min(count, len(inner)))))
 
 
-def decode(data: bytes) -> FuzzInput:
-    """Any byte string is a fuzz input."""
+def decode(data: bytes, format: str = formats.DEFAULT) -> FuzzInput:
+    """Any byte string is a fuzz input (of the target's ``format``)."""
     if not data:
-        return FuzzInput("", 0, None)
+        return FuzzInput("", 0, None, format)
     flags, rest = data[0], data[1:]
     at = rest.find(SEPARATOR)
     cuts = None
@@ -123,18 +121,20 @@ def decode(data: bytes) -> FuzzInput:
             position += gap + 1
             cut_list.append(position)
         cuts = tuple(cut_list)
-    return FuzzInput(rest.decode("utf-8", "replace"), flags & ((1 << FLAG_BITS) - 1), cuts)
+    text = rest.decode("utf-8", "replace")
+    return FuzzInput(text, flags & ((1 << FLAG_BITS) - 1), cuts, format)
 
 
-def tool_names_in(text: str) -> list[str]:
-    """The function names the output's call ids carry, in order, without repeats."""
-    return list(dict.fromkeys(m.group(1) for m in _CALL_ID.finditer(text)))[:MAX_DECLARED]
+def tool_names_in(text: str, syntax: Syntax = SYNTAXES[formats.DEFAULT]) -> list[str]:
+    """The function names the output's calls carry, in order, without repeats."""
+    names = (syntax.read_name(m.group(1)) for m in syntax.tool_name.finditer(text))
+    return list(dict.fromkeys(names))[:MAX_DECLARED]
 
 
-def declared_tools(text: str, flags: int) -> list[dict]:
+def declared_tools(text: str, flags: int, syntax: Syntax = SYNTAXES[formats.DEFAULT]) -> list[dict]:
     if not flags & DECLARE_TOOLS:
         return []
-    names = tool_names_in(text)
+    names = tool_names_in(text, syntax)
     if flags & UNDECLARED_FIRST:
         names = names[1:]
     if not names:  # a server with tool parsing on always declares at least one tool

@@ -1,9 +1,10 @@
-"""A marker-aware mutator for Kimi K2 model outputs, shared by every fuzz target.
+"""A marker-aware mutator for Kimi model outputs, shared by every fuzz target.
 
 libFuzzer's byte-level mutations rarely produce a whole 28-byte marker, so this mutator
 works on the structure instead: it inserts, drops, duplicates, reorders, truncates and
-splits the five tool markers and the ``<think>`` tags, changes a call's index, splices
-argument bodies, and moves the chunk boundaries of the text-level stream.  Two operations
+splits the format's marker units (K2: the five tool markers and the ``<think>`` tags; K3: its
+tags, :mod:`k2conform.fuzzing.syntax`), changes a call's index and name, splices argument
+bodies, and moves the chunk boundaries of the text-level stream.  Two operations
 come from real bugs on the token axis: ``spell`` writes a marker from ordinary token pieces
 (sgl-project/sglang PR #32677), ``spaces`` puts the spaces around added tokens that vLLM's
 detokenizer puts there by default (vllm-project/vllm#33457).  One call in
@@ -27,102 +28,46 @@ from __future__ import annotations
 import hashlib
 import random
 import re
+from dataclasses import replace
 from typing import Callable
 
-from k2conform import markers
+from k2conform import formats
 from k2conform.fuzzing.envelope import FLAG_BITS, SPELLED, FuzzInput, decode, sample_cuts
+from k2conform.fuzzing.syntax import SYNTAXES, Syntax
 
-#: The markers the mutator moves around: the five tool markers and the think tags.
-MARKERS: tuple[str, ...] = markers.TOOL_MARKERS + (markers.THINK_BEGIN, markers.THINK_END)
-#: Rarer material it also inserts: singular section markers, end of message.
-EXTRA_MARKERS: tuple[str, ...] = (
-    markers.SECTION_BEGIN_SINGULAR,
-    markers.SECTION_END_SINGULAR,
-    markers.IM_END,
-)
-_MARKER_RE = re.compile("|".join(re.escape(m) for m in MARKERS + EXTRA_MARKERS))
-#: Splits an output at its added tokens (markers, think tags, im_* tokens), keeping them.
-_ADDED_SPLIT = re.compile(
-    "("
-    + "|".join(re.escape(m) for m in sorted(markers.SPECIAL_TOKEN_IDS, key=len, reverse=True))
-    + ")"
-)
-_INDEX_RE = re.compile(
-    re.escape(markers.CALL_BEGIN)
-    + r"[^<]*?:(\s*\d*)(?=\s*"
-    + re.escape(markers.ARGUMENT_BEGIN)
-    + ")"
-)
-_ARGS_RE = re.compile(
-    re.escape(markers.ARGUMENT_BEGIN) + r"(.*?)(?=" + re.escape(markers.CALL_END) + ")", re.S
-)
-
-#: Argument bodies spliced in: edge cases of JSON and of the format.
-ARGUMENT_POOL: tuple[str, ...] = (
-    "{}",
-    "",
-    '{"a": 1}',
-    '{"city": "Paris", "days": 3}',
-    '{"q": "see <|tool_call_end|> here"}',
-    '{"s": "\\u00e9\\"\\\\"}',
-    '{"a": [1, 2, {"b": null}]}',
-    '{"a": 1,}',
-    "{'a': 1}",
-    '{"a": NaN}',
-    '{"x": "unterminated',
-    "[1, 2]",
-    '"just a string"',
-    '{"a": 1}{"b": 2}',
-    '{\n  "a": 1\n}',
-    '{"k": "天气", "e": "😀"}',
-    '{"a": 1e400}',
-    '{"a": "\\ud800"}',
-    '{"a": {"b": {"c": {"d": []}}}}',
-)
-NAME_POOL: tuple[str, ...] = (
-    "get_weather",
-    "search.web",
-    "a.b.c",
-    "get-weather",
-    "天气查询",
-    "x",
-    "functions.get_weather",
-    "name:with:colons",
-    "call_abc123",
-    "toolu_01",
-    "0",
-)
+#: The syntax of an operation called without one: the default format's.
+DEFAULT_SYNTAX = SYNTAXES[formats.DEFAULT]
 
 
-def _occurrences(text: str) -> list[re.Match[str]]:
-    return list(_MARKER_RE.finditer(text))
+def _occurrences(text: str, syntax: Syntax) -> list[re.Match[str]]:
+    return list(syntax.occurrence.finditer(text))
 
 
-def insert_marker(text: str, rng: random.Random) -> str:
-    marker = rng.choice(MARKERS if rng.random() < 0.85 else EXTRA_MARKERS)
+def insert_marker(text: str, rng: random.Random, syntax: Syntax = DEFAULT_SYNTAX) -> str:
+    marker = rng.choice(syntax.units if rng.random() < 0.85 else syntax.extra_units)
     at = rng.randint(0, len(text))
     return text[:at] + marker + text[at:]
 
 
-def drop_marker(text: str, rng: random.Random) -> str:
-    found = _occurrences(text)
+def drop_marker(text: str, rng: random.Random, syntax: Syntax = DEFAULT_SYNTAX) -> str:
+    found = _occurrences(text, syntax)
     if not found:
         return text
     m = rng.choice(found)
     return text[: m.start()] + text[m.end() :]
 
 
-def duplicate_marker(text: str, rng: random.Random) -> str:
-    found = _occurrences(text)
+def duplicate_marker(text: str, rng: random.Random, syntax: Syntax = DEFAULT_SYNTAX) -> str:
+    found = _occurrences(text, syntax)
     if not found:
-        return insert_marker(text, rng)
+        return insert_marker(text, rng, syntax)
     m = rng.choice(found)
     return text[: m.end()] + m.group() + text[m.end() :]
 
 
-def reorder_markers(text: str, rng: random.Random) -> str:
+def reorder_markers(text: str, rng: random.Random, syntax: Syntax = DEFAULT_SYNTAX) -> str:
     """Swap two different marker occurrences."""
-    found = _occurrences(text)
+    found = _occurrences(text, syntax)
     pairs = [(a, b) for i, a in enumerate(found) for b in found[i + 1 :] if a.group() != b.group()]
     if not pairs:
         return text
@@ -130,9 +75,9 @@ def reorder_markers(text: str, rng: random.Random) -> str:
     return text[: a.start()] + b.group() + text[a.end() : b.start()] + a.group() + text[b.end() :]
 
 
-def truncate_marker(text: str, rng: random.Random) -> str:
+def truncate_marker(text: str, rng: random.Random, syntax: Syntax = DEFAULT_SYNTAX) -> str:
     """Cut a marker short (keep a proper prefix): a partial marker in the text."""
-    found = _occurrences(text)
+    found = _occurrences(text, syntax)
     if not found:
         return text
     m = rng.choice(found)
@@ -140,22 +85,22 @@ def truncate_marker(text: str, rng: random.Random) -> str:
     return text[: m.start() + keep] + text[m.end() :]
 
 
-def break_marker(text: str, rng: random.Random) -> str:
+def break_marker(text: str, rng: random.Random, syntax: Syntax = DEFAULT_SYNTAX) -> str:
     """Put text inside a marker (a space, a newline, another marker's prefix)."""
-    found = _occurrences(text)
+    found = _occurrences(text, syntax)
     if not found:
         return text
     m = rng.choice(found)
     at = m.start() + rng.randint(1, len(m.group()) - 1)
     broken = text[:at] + rng.choice(("\n", "<", "<|", "x")) + text[at:]
-    if len(_occurrences(broken)) >= len(found):  # the insertion formed the marker again
+    if len(_occurrences(broken, syntax)) >= len(found):  # the insertion formed the marker again
         broken = text[:at] + " " + text[at:]
     return broken
 
 
-def change_index(text: str, rng: random.Random) -> str:
+def change_index(text: str, rng: random.Random, syntax: Syntax = DEFAULT_SYNTAX) -> str:
     """Give a call another index: a different number, a huge one, leading zeros, none."""
-    found = list(_INDEX_RE.finditer(text))
+    found = list(syntax.call_index.finditer(text))
     if not found:
         return text
     m = rng.choice(found)
@@ -165,37 +110,39 @@ def change_index(text: str, rng: random.Random) -> str:
     return text[: m.start(1)] + new + text[m.end(1) :]
 
 
-def change_name(text: str, rng: random.Random) -> str:
-    """Give a call another function name (dotted, hyphenated, non-ASCII, foreign ids)."""
-    found = list(_INDEX_RE.finditer(text))
+def change_name(text: str, rng: random.Random, syntax: Syntax = DEFAULT_SYNTAX) -> str:
+    """Give a call another function name (dotted, hyphenated, non-ASCII, foreign ids; K3:
+    attribute escapes)."""
+    found = list(syntax.call_name.finditer(text))
     if not found:
         return text
     m = rng.choice(found)
-    head = m.start() + len(markers.CALL_BEGIN)
-    return text[:head] + "functions." + rng.choice(NAME_POOL) + text[m.start(1) - 1 :]
+    return text[: m.start(1)] + syntax.spell_name(rng.choice(syntax.name_pool)) + text[m.end(1) :]
 
 
-def splice_arguments(text: str, rng: random.Random) -> str:
-    """Replace one call's argument body by another call's body or one from the pool."""
-    found = list(_ARGS_RE.finditer(text))
+def splice_arguments(text: str, rng: random.Random, syntax: Syntax = DEFAULT_SYNTAX) -> str:
+    """Replace one call's argument body (K3: one argument's attributes and value) by another's
+    or one from the pool."""
+    found = list(syntax.arguments.finditer(text))
     if not found:
         return text
     m = rng.choice(found)
     others = [o.group(1) for o in found if o is not m]
-    body = rng.choice(others) if others and rng.random() < 0.5 else rng.choice(ARGUMENT_POOL)
+    pool = syntax.argument_pool
+    body = rng.choice(others) if others and rng.random() < 0.5 else rng.choice(pool)
     return text[: m.start(1)] + body + text[m.end(1) :]
 
 
 def split_marker(fuzz: FuzzInput, rng: random.Random) -> FuzzInput:
     """Add a chunk boundary inside a marker (text-level streams cut markers anywhere)."""
-    found = _occurrences(fuzz.text)
+    found = _occurrences(fuzz.text, fuzz.syntax)
     cuts = set(fuzz.split_points())
     if found:
         m = rng.choice(found)
         cuts.add(m.start() + rng.randint(1, len(m.group()) - 1))
     elif len(fuzz.text) > 1:
         cuts.add(rng.randint(1, len(fuzz.text) - 1))
-    return FuzzInput(fuzz.text, fuzz.flags, tuple(sorted(cuts)))
+    return replace(fuzz, cuts=tuple(sorted(cuts)))
 
 
 def move_cuts(fuzz: FuzzInput, rng: random.Random) -> FuzzInput:
@@ -206,28 +153,28 @@ def move_cuts(fuzz: FuzzInput, rng: random.Random) -> FuzzInput:
         cuts = list(sample_cuts(len(fuzz.text), rng.getrandbits(32)))
     else:
         cuts = [c for c in cuts if rng.random() < 0.7]
-    return FuzzInput(fuzz.text, fuzz.flags, tuple(cuts))
+    return replace(fuzz, cuts=tuple(cuts))
 
 
 def flip_flags(fuzz: FuzzInput, rng: random.Random) -> FuzzInput:
-    return FuzzInput(fuzz.text, fuzz.flags ^ (1 << rng.randint(0, FLAG_BITS - 1)), fuzz.cuts)
+    return replace(fuzz, flags=fuzz.flags ^ (1 << rng.randint(0, FLAG_BITS - 1)))
 
 
 def spell_marker(fuzz: FuzzInput, rng: random.Random) -> FuzzInput:
     """Spell a marker from ordinary token pieces (the token axis, sgl-project/sglang PR
     #32677), or take the spelling back: the envelope's :data:`SPELLED` flag."""
-    return FuzzInput(fuzz.text, fuzz.flags ^ SPELLED, fuzz.cuts)
+    return replace(fuzz, flags=fuzz.flags ^ SPELLED)
 
 
-def space_added_tokens(text: str, rng: random.Random) -> str:
+def space_added_tokens(text: str, rng: random.Random, syntax: Syntax = DEFAULT_SYNTAX) -> str:
     """The output as a detokenizer with ``spaces_between_special_tokens`` (vLLM's default)
     hands it to the parser: every added token and every run of text between them joined by one
     space (vllm-project/vllm#33457; the spacing that defeats hold-back, PR #50367)."""
-    return " ".join(part for part in _ADDED_SPLIT.split(text) if part)
+    return " ".join(part for part in syntax.added_split.split(text) if part)
 
 
 #: Mutations of the text; each keeps the text a valid string.
-TEXT_OPERATIONS: dict[str, Callable[[str, random.Random], str]] = {
+TEXT_OPERATIONS: dict[str, Callable[[str, random.Random, Syntax], str]] = {
     "insert": insert_marker,
     "drop": drop_marker,
     "duplicate": duplicate_marker,
@@ -310,7 +257,7 @@ def apply(operation: str, fuzz: FuzzInput, rng: random.Random) -> FuzzInput:
     """One named structural mutation.  Cut points follow the text only approximately
     (a text mutation keeps the cut list as it is, and offsets past the end are dropped)."""
     if operation in TEXT_OPERATIONS:
-        return FuzzInput(TEXT_OPERATIONS[operation](fuzz.text, rng), fuzz.flags, fuzz.cuts)
+        return replace(fuzz, text=TEXT_OPERATIONS[operation](fuzz.text, rng, fuzz.syntax))
     return INPUT_OPERATIONS[operation](fuzz, rng)
 
 
@@ -345,12 +292,13 @@ def mutate(
     seed: int,
     libfuzzer_mutate: Callable[[bytes, int], bytes] | None = None,
     seen: SeenInputs | None = None,
+    format: str = formats.DEFAULT,
 ) -> bytes:
     """The custom mutator: ``atheris.Setup(..., custom_mutator=...)`` calls it through
     :func:`mutators` with ``libfuzzer_mutate=atheris.Mutate``.  The result is one ``seen``
     does not hold (without ``seen``: one that differs from ``data`` in what a target reads),
     unless :data:`ATTEMPTS` tries in a row gave none."""
-    parent = decode(data)
+    parent = decode(data, format)
     operations = OPERATIONS if seen is None else seen.operations
 
     def make(rng: random.Random) -> bytes:
@@ -366,13 +314,18 @@ def mutate(
 
 
 def crossover(
-    data1: bytes, data2: bytes, max_out_size: int, seed: int, seen: SeenInputs | None = None
+    data1: bytes,
+    data2: bytes,
+    max_out_size: int,
+    seed: int,
+    seen: SeenInputs | None = None,
+    format: str = formats.DEFAULT,
 ) -> bytes:
     """Splice: the head of one output up to a marker, the tail of the other from a marker; one
     ``seen`` does not hold (without it: neither parent), as :func:`mutate`."""
-    a, b = decode(data1), decode(data2)
-    heads = [m.start() for m in _occurrences(a.text)]
-    tails = [m.start() for m in _occurrences(b.text)]
+    a, b = decode(data1, format), decode(data2, format)
+    heads = [m.start() for m in _occurrences(a.text, a.syntax)]
+    tails = [m.start() for m in _occurrences(b.text, b.syntax)]
 
     def make(rng: random.Random) -> bytes:
         head = rng.choice(heads) if heads else rng.randint(0, len(a.text))
@@ -390,15 +343,15 @@ def _fresh(seen: SeenInputs | None, *parents: FuzzInput) -> Callable[[bytes], bo
     return lambda out: observable(decode(out)) not in known
 
 
-def mutators(seen: SeenInputs) -> dict[str, Callable[..., bytes]]:
-    """``atheris.Setup``'s ``custom_mutator`` and ``custom_crossover`` keywords, looking for
-    inputs ``seen`` does not hold."""
+def mutators(seen: SeenInputs, format: str = formats.DEFAULT) -> dict[str, Callable[..., bytes]]:
+    """``atheris.Setup``'s ``custom_mutator`` and ``custom_crossover`` keywords for inputs of
+    ``format``, looking for inputs ``seen`` does not hold."""
     import atheris
 
     def custom_mutator(data: bytes, max_size: int, seed: int) -> bytes:
-        return mutate(data, max_size, seed, atheris.Mutate, seen)
+        return mutate(data, max_size, seed, atheris.Mutate, seen, format)
 
     def custom_crossover(data1: bytes, data2: bytes, max_out_size: int, seed: int) -> bytes:
-        return crossover(data1, data2, max_out_size, seed, seen)
+        return crossover(data1, data2, max_out_size, seed, seen, format)
 
     return {"custom_mutator": custom_mutator, "custom_crossover": custom_crossover}

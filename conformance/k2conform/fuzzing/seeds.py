@@ -3,8 +3,9 @@
 Every completion case becomes one fuzz input (see :mod:`k2conform.fuzzing.envelope`):
 its model output, its thinking flag, whether it declares tools, and the cuts of its
 recorded deltas when it has some.  Files are named by content hash, so building twice
-gives the same directory.  ``dictionary_text`` is the libFuzzer dictionary of the markers
-(``fuzz/kimi_k2.dict`` is this text).  :func:`write_service_files` lays out, per target, what
+gives the same directory; a format's seeds are its cases (``--format``).  ``dictionary_text``
+is the libFuzzer dictionary of a format's markers (``fuzz/kimi_k2.dict``, ``fuzz/kimi_k3.dict``
+are these texts).  :func:`write_service_files` lays out, per target, what
 OSS-Fuzz and ClusterFuzzLite read beside its executable (docs/fuzzing.md).
 """
 
@@ -14,10 +15,11 @@ import hashlib
 import zipfile
 from pathlib import Path
 
-from k2conform import markers
+from k2conform import formats
 from k2conform.case.corpus import CompletionCase, load_corpus
 from k2conform.delivery.modes import cut_points
 from k2conform.fuzzing.envelope import DECLARE_TOOLS, THINKING, FuzzInput
+from k2conform.fuzzing.syntax import SYNTAXES
 
 
 def fuzz_input(case: CompletionCase) -> FuzzInput:
@@ -27,27 +29,31 @@ def fuzz_input(case: CompletionCase) -> FuzzInput:
         DECLARE_TOOLS if case.request.tools else 0
     )
     cuts = cut_points(case.deltas) if case.deltas else None
-    return FuzzInput(case.model_output, flags, cuts)
+    return FuzzInput(case.model_output, flags, cuts, case.format)
 
 
-def seed_inputs(corpus_root: Path | str | None = None) -> list[FuzzInput]:
-    # the fuzz targets drive the K2 adapters: K3 outputs are no seeds of theirs (docs/k3.md)
-    return [
-        fuzz_input(c) for c in load_corpus(corpus_root).completions if c.format == markers.FORMAT
-    ]
+def seed_inputs(
+    corpus_root: Path | str | None = None, format: str = formats.DEFAULT
+) -> list[FuzzInput]:
+    """The cases of ``format`` as fuzz inputs (a target fuzzes one format)."""
+    return [fuzz_input(c) for c in load_corpus(corpus_root).completions if c.format == format]
 
 
-def seed_files(corpus_root: Path | str | None = None) -> dict[str, bytes]:
+def seed_files(
+    corpus_root: Path | str | None = None, format: str = formats.DEFAULT
+) -> dict[str, bytes]:
     """The seed inputs by file name (their content hash), each once."""
-    encoded = (fuzz.encode() for fuzz in seed_inputs(corpus_root))
+    encoded = (fuzz.encode() for fuzz in seed_inputs(corpus_root, format))
     return {hashlib.sha1(data).hexdigest(): data for data in encoded}
 
 
-def build_seed_corpus(out: Path | str, corpus_root: Path | str | None = None) -> int:
-    """Write the seeds into ``out``; returns how many distinct inputs it holds."""
+def build_seed_corpus(
+    out: Path | str, corpus_root: Path | str | None = None, format: str = formats.DEFAULT
+) -> int:
+    """Write the seeds of ``format`` into ``out``; returns how many distinct inputs it holds."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    files = seed_files(corpus_root)
+    files = seed_files(corpus_root, format)
     for name, data in files.items():
         (out / name).write_bytes(data)
     return len(files)
@@ -86,35 +92,20 @@ def write_service_files(out: Path | str, corpus_root: Path | str | None = None) 
     return written
 
 
-def dictionary_text() -> str:
-    """A libFuzzer dictionary: every marker, the think tags, and the id pieces."""
-    entries = {
-        "section_begin": markers.SECTION_BEGIN,
-        "section_end": markers.SECTION_END,
-        "call_begin": markers.CALL_BEGIN,
-        "argument_begin": markers.ARGUMENT_BEGIN,
-        "call_end": markers.CALL_END,
-        "section_begin_singular": markers.SECTION_BEGIN_SINGULAR,
-        "section_end_singular": markers.SECTION_END_SINGULAR,
-        "think_begin": markers.THINK_BEGIN,
-        "think_end": markers.THINK_END,
-        "im_end": markers.IM_END,
-        "im_assistant": markers.IM_ASSISTANT,
-        "im_middle": markers.IM_MIDDLE,
-        "functions_prefix": "functions.",
-        "index_0": ":0",
-        "index_1": ":1",
-        "marker_head": "<|",
-        "marker_tail": "|>",
-        "json_open": '{"',
-        "json_string_end": '"}',
-        "escaped_quote": '\\"',
-    }
+def dictionary_file(format: str = formats.DEFAULT) -> str:
+    """The dictionary's file name in ``fuzz/``: ``kimi_k2.dict``, ``kimi_k3.dict``."""
+    return f"kimi_{format}.dict"
+
+
+def dictionary_text(format: str = formats.DEFAULT) -> str:
+    """A libFuzzer dictionary: every marker of ``format`` and the pieces of its calls
+    (:attr:`k2conform.fuzzing.syntax.Syntax.dictionary`)."""
     lines = [
-        "# Kimi K2 tool-call markers for libFuzzer (-dict=fuzz/kimi_k2.dict).",
+        f"# Kimi {format.upper()} tool-call markers for libFuzzer "
+        f"(-dict=fuzz/{dictionary_file(format)}).",
         "# Written by k2conform.fuzzing.seeds.dictionary_text() (tests check the two agree).",
     ]
-    for key, value in entries.items():
+    for key, value in SYNTAXES[format].dictionary.items():
         escaped = value.replace("\\", "\\\\").replace('"', '\\"')
         lines.append(f'{key}="{escaped}"')
     return "\n".join(lines) + "\n"

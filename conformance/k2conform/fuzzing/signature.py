@@ -42,33 +42,44 @@ KINDS: tuple[str, ...] = (
 )
 
 
-def _marker_counts(*texts: str | None) -> dict[str, int]:
+def _marker_counts(leaks: Sequence[str], *texts: str | None) -> dict[str, int]:
     joined = "".join(t or "" for t in texts)
-    return {m: joined.count(m) for m in LEAK_MARKERS}
+    return {m: joined.count(m) for m in leaks}
 
 
-def twice(expected: str | None, observed: str | None, output: str | None = None) -> bool:
+def twice(
+    expected: str | None,
+    observed: str | None,
+    output: str | None = None,
+    leaks: Sequence[str] = LEAK_MARKERS,
+) -> bool:
     """Whether ``observed`` holds ``expected`` twice or more, and more often than the model
     ``output`` does (an output that says it twice is parsed, not emitted, twice); marker bytes
     are left out of all three (a leaked marker is its own kind, and ``<|to`` is in every
     marker's text), and ``expected`` must have three characters or more (a shorter text is in
-    most texts twice)."""
+    most texts twice).  ``leaks``: the format's marker texts."""
     if not expected or not observed:
         return False
-    wanted, seen = _without_markers(expected), _without_markers(observed)
-    written = _without_markers(output).count(wanted) if output is not None else 1
+    wanted, seen = _without_markers(expected, leaks), _without_markers(observed, leaks)
+    written = _without_markers(output, leaks).count(wanted) if output is not None else 1
     return len(wanted.strip()) >= 3 and seen.count(wanted) >= max(2, written + 1)
 
 
-def _without_markers(text: str) -> str:
-    for marker in LEAK_MARKERS:
+def _without_markers(text: str, leaks: Sequence[str]) -> str:
+    for marker in leaks:
         text = text.replace(marker, "")
     return text
 
 
-def classify(expected: Result, observed: Result, output: str | None = None) -> tuple[str, ...]:
+def classify(
+    expected: Result,
+    observed: Result,
+    output: str | None = None,
+    leaks: Sequence[str] = LEAK_MARKERS,
+) -> tuple[str, ...]:
     """The kinds of disagreement of ``observed`` with ``expected`` (empty: they agree);
-    ``output``: the model output both came from, when known (:func:`twice`).
+    ``output``: the model output both came from, when known (:func:`twice`); ``leaks``: the
+    marker texts of its format (:attr:`k2conform.fuzzing.syntax.Syntax.leak_markers`).
 
     Ids are not compared (SGLang rebuilds them, vLLM may mint them: the matrix judges ids).
     """
@@ -88,15 +99,15 @@ def classify(expected: Result, observed: Result, output: str | None = None) -> t
                 kinds.add("wrong-name")
             if compare_arguments(e.arguments, o.arguments):
                 kinds.add("wrong-arguments")
-                if twice(e.arguments, o.arguments, output):
+                if twice(e.arguments, o.arguments, output, leaks):
                     kinds.add("duplicate-emission")
-    if twice(expected.content, observed.content, output) or twice(
-        expected.reasoning, observed.reasoning, output
+    if twice(expected.content, observed.content, output, leaks) or twice(
+        expected.reasoning, observed.reasoning, output, leaks
     ):
         kinds.add("duplicate-emission")
-    e_markers = _marker_counts(expected.content, expected.reasoning)
-    o_markers = _marker_counts(observed.content, observed.reasoning)
-    if any(o_markers[m] > e_markers[m] for m in LEAK_MARKERS):
+    e_markers = _marker_counts(leaks, expected.content, expected.reasoning)
+    o_markers = _marker_counts(leaks, observed.content, observed.reasoning)
+    if any(o_markers[m] > e_markers[m] for m in leaks):
         kinds.add("leaked-marker")
     else:
         if (expected.content or "") != (observed.content or ""):

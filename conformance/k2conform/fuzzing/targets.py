@@ -6,10 +6,12 @@ Options (before the libFuzzer flags): ``--adapter A`` (repeatable; default every
 adapter but the reference), ``--delivery M`` (repeatable; default ``whole`` and
 ``stream-token``), ``--findings DIR`` (default ``fuzz/findings``), ``--deadline S``
 (seconds per parse before it is a timeout finding), ``--instrument parsers|reference``,
-``--worker K`` (worker K of ``k2conform fuzz --workers N``: its own findings table).
+``--worker K`` (worker K of ``k2conform fuzz --workers N``: its own findings table),
+``--format F`` (the differential target's Kimi format: ``k2``, the default, or ``k3``; its
+reference adapter is the oracle and its adapters the ones under test).
 The environment variables ``K2FUZZ_ADAPTERS``, ``K2FUZZ_DELIVERY`` (comma-separated),
-``K2FUZZ_FINDINGS`` and ``K2FUZZ_INSTRUMENT`` stand in for them where a fuzzing service
-runs the target with libFuzzer flags only (docs/fuzzing.md).
+``K2FUZZ_FINDINGS``, ``K2FUZZ_INSTRUMENT`` and ``K2FUZZ_FORMAT`` stand in for them where a
+fuzzing service runs the target with libFuzzer flags only (docs/fuzzing.md).
 
 Only what libFuzzer should steer by is instrumented (:mod:`k2conform.fuzzing.instrument`):
 the reference parser and, by default, the files every adapter under test declares as its
@@ -32,6 +34,7 @@ import zlib
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from k2conform import formats
 from k2conform.fuzzing.instrument import INSTRUMENT_CHOICES, KIMI
 
 TARGETS = ("reference", "differential", "roundtrip")
@@ -74,8 +77,12 @@ def own_options(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--worker", type=int)
     parser.add_argument("--distinct", choices=DISTINCT, default=DISTINCT[0])
     parser.add_argument("--cpu-budget", type=float)
+    parser.add_argument("--format")
     options, rest = parser.parse_known_args(list(argv[1:]))
     env = os.environ
+    options.format = options.format or env.get("K2FUZZ_FORMAT") or formats.DEFAULT
+    if options.format not in formats.FORMATS:
+        raise SystemExit(f"--format {options.format!r}: one of {', '.join(formats.FORMATS)}")
     options.instrument = options.instrument or env.get("K2FUZZ_INSTRUMENT") or INSTRUMENT_CHOICES[0]
     if options.instrument not in INSTRUMENT_CHOICES:
         raise SystemExit(
@@ -182,7 +189,7 @@ def differential_target(
     from k2conform.fuzzing.envelope import decode
 
     def test_one_input(data: bytes) -> None:
-        fuzz = decode(data)
+        fuzz = decode(data, engine.format)
         repeated = seen.add(fuzz)
         if len(fuzz.text) > MAX_TEXT:
             return
@@ -354,7 +361,7 @@ def _load_engine(atheris: Any, options: argparse.Namespace) -> Any:
     from k2conform.fuzzing.differential import Differential
     from k2conform.fuzzing.instrument import instrument_adapters
 
-    engine = Differential(options.adapter, deadline=options.deadline)
+    engine = Differential(options.adapter, deadline=options.deadline, format=options.format)
     for name, reason in engine.skipped.items():
         print(f"[k2conform fuzz] {name} unavailable: {reason}", file=sys.stderr)
     under_test = engine.adapters if options.instrument in ("parsers", KIMI) else []
@@ -370,6 +377,8 @@ def main(name: str, argv: Sequence[str] | None = None) -> None:
     if name not in TARGETS:
         raise SystemExit(f"unknown fuzz target {name!r} (known: {', '.join(TARGETS)})")
     options, rest = own_options(list(sys.argv if argv is None else argv))
+    if name != "differential" and options.format != formats.DEFAULT:
+        raise SystemExit(f"--format {options.format}: the {name} target fuzzes K2 output only")
     silence()
     from k2conform.fuzzing.mutator import SeenInputs, mutators
 
@@ -405,9 +414,12 @@ def main(name: str, argv: Sequence[str] | None = None) -> None:
             def judge(case: Any, adapter: str, mode: str) -> Any:
                 return judge_finding(case, by_name[adapter], mode, engine.deadline)
 
-        store = FindingStore(options.findings, name, options.worker, judge, options.cpu_budget)
+        from k2conform.fuzzing.differential import run_label
+
+        label = run_label(name, options.format)
+        store = FindingStore(options.findings, label, options.worker, judge, options.cpu_budget)
         print(
-            f"[k2conform fuzz] {name}: adapters {', '.join(engine.names) or '(none)'}; deliveries "
+            f"[k2conform fuzz] {label}: adapters {', '.join(engine.names) or '(none)'}; deliveries "
             f"{', '.join(modes)}; findings in {options.findings}",
             file=sys.stderr,
             flush=True,
@@ -418,7 +430,7 @@ def main(name: str, argv: Sequence[str] | None = None) -> None:
                 reads_tokens=any(mode not in TEXT_LEVEL_MODES for mode in modes),
             )
             test_one_input = differential_target(engine, modes, store, seen)
-            kwargs = mutators(seen)
+            kwargs = mutators(seen, options.format)
         else:
             test_one_input = roundtrip_target(engine, modes, store)
     # What is loaded now stays: a full collection would walk torch's, vLLM's and SGLang's

@@ -8,9 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from k2conform import formats
 from k2conform.adapter.registry import Availability
 from k2conform.case.corpus import CompletionCase, Expectation
-from k2conform.case.verdict import verdict
 from k2conform.delivery import modes
 from k2conform.model import Cell, Request
 from k2conform.run.cell import CellSettings, run_cell
@@ -34,15 +34,22 @@ class Probe:
 
 class CellEngine:
     """The minimiser's engine: a candidate becomes a corpus case (the reference parser's result
-    as its expectation, the verdict rule's prefix) and one cell of one adapter in one mode."""
+    as its expectation, the verdict rule's prefix, both of the candidates' ``format``) and one
+    cell of one adapter in one mode."""
 
     def __init__(
-        self, adapter: Any, availability: Availability, settings: CellSettings, case_id: str
+        self,
+        adapter: Any,
+        availability: Availability,
+        settings: CellSettings,
+        case_id: str,
+        format: str = formats.DEFAULT,
     ) -> None:
         self.adapter = adapter
         self.availability = availability
         self.settings = settings
         self.case_id = case_id  # the id candidates carry (after the verdict prefix)
+        self.format = formats.FORMATS[format]
 
     def case(
         self,
@@ -53,22 +60,20 @@ class CellEngine:
     ) -> CompletionCase | None:
         """``spelled``: markers written from ordinary token pieces (ignored with ``cuts``: a
         text-level delivery sends no token ids)."""
-        from k2conform.reference.parser import parse
-
         choice = request.tool_choice
         if isinstance(choice, Mapping) and choice["function"]["name"] not in request.tool_names:
             return None  # a named choice whose tool was removed: not a request a client sends
         try:
-            reference = parse(text, request)
+            reference = self.format.parse(text, request)
             spelled = tuple(spelled) if cuts is None else ()
-            prefix = verdict(request, text, reference, spelled=bool(spelled)).prefix
+            prefix = self.format.verdict(request, text, bool(spelled))[0]
         except Exception:  # noqa: BLE001 - a candidate the reference cannot judge: not kept
             return None
         deltas = tuple(d.text for d in modes.cut(text, cuts)) if cuts is not None else None
         expected = Expectation(reference.content, reference.reasoning, reference.tool_calls)
         return CompletionCase(
             f"{prefix}_{self.case_id}", "candidate", (), "k2conform catalogue", request, text,
-            deltas, expected, spelled_markers=spelled,
+            deltas, expected, format=self.format.name, spelled_markers=spelled,
         )  # fmt: skip
 
     def observe(

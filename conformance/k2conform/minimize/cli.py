@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping
 
+from k2conform import formats
 from k2conform.minimize import delta_debug
 from k2conform.minimize.delta_debug import JudgedEngine, NoMatrixFinding, minimize_input, read_input
 
@@ -44,6 +45,12 @@ def add_parser(subparsers: Any) -> None:
         action="store_true",
         help="hold only the fuzz signature, not the matrix's verdict prefix and fields",
     )
+    p.add_argument(
+        "--format",
+        choices=tuple(formats.FORMATS),
+        help="the Kimi format of a raw fuzz input or payload (a case file names its own; "
+        "default k2)",
+    )
     p.add_argument("--target", default="differential", help=argparse.SUPPRESS)
     p.add_argument("--dry-run", action="store_true", help="print the case instead of writing it")
     p.set_defaults(handler=cmd_minimize)
@@ -59,11 +66,14 @@ def cmd_minimize(args: argparse.Namespace) -> int:
         FUZZ_MODES,
         Differential,
         finding_case,
+        run_label,
         write_case_file,
     )
     from k2conform.model import dumps_canonical
 
-    request, text, deltas, named, named_signature, spelled = read_input(args.input)
+    request, text, deltas, named, named_signature, spelled, format = read_input(
+        args.input, args.format
+    )
     mode = args.delivery or named or ("stream-recorded" if deltas is not None else "whole")
     if mode not in FUZZ_MODES:
         raise UsageError(f"unknown delivery mode {mode!r}")
@@ -74,7 +84,7 @@ def cmd_minimize(args: argparse.Namespace) -> int:
     baseline = read_baseline(args.baseline)
     logging.disable(logging.CRITICAL)
     warnings.simplefilter("ignore")
-    engine = Differential(args.adapter)
+    engine = Differential(args.adapter, format=format)
     wanted = args.signature or named_signature
     try:
         observation, start, small, minimizer = minimize_input(
@@ -104,7 +114,7 @@ def cmd_minimize(args: argparse.Namespace) -> int:
         small.request,
         small.text,
         observation,
-        args.target,
+        run_label(args.target, format),
         minimised=True,
         focus=minimizer.signature,
         cells=cells,

@@ -22,23 +22,14 @@ them as ``stream-recorded``.  Everything is deterministic: the same input gives 
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
-from k2conform import markers
+from k2conform import formats
 from k2conform.fuzzing.signature import matches
+from k2conform.fuzzing.syntax import SYNTAXES, Syntax
 from k2conform.model import Request
-
-_MARKERS = tuple(
-    sorted(
-        set(markers.LEAK_MARKERS + (markers.THINK_BEGIN, markers.THINK_END, markers.IM_END)),
-        key=len,
-        reverse=True,
-    )
-)
-_MARKER_RE = re.compile("|".join(re.escape(m) for m in _MARKERS))
 
 
 @dataclass(frozen=True)
@@ -48,12 +39,21 @@ class Candidate:
     cuts: tuple[int, ...] | None  # None: a token-aligned mode, boundaries come from the tokenizer
     #: Markers delivered as ordinary token pieces (a token-aligned mode only).
     spelled: tuple[int, ...] = ()
+    #: The Kimi format of ``text``: its marker units are what the minimiser deletes whole.
+    format: str = formats.DEFAULT
+
+    @property
+    def syntax(self) -> Syntax:
+        return SYNTAXES[self.format]
 
 
-def segments(text: str, split_text: bool, split_markers: bool) -> list[tuple[int, int]]:
-    """Units to delete: markers (whole unless ``split_markers``), text runs or characters."""
+def segments(
+    text: str, split_text: bool, split_markers: bool, syntax: Syntax = SYNTAXES[formats.DEFAULT]
+) -> list[tuple[int, int]]:
+    """Units to delete: the format's marker units (K3: a tag with its attributes; whole unless
+    ``split_markers``), text runs or characters."""
     units, position = [], 0
-    for m in _MARKER_RE.finditer(text):
+    for m in syntax.occurrence.finditer(text):
         if m.start() > position:
             units.extend(_run(position, m.start(), split_text))
         units.extend(
@@ -90,11 +90,11 @@ def remove(candidate: Candidate, ranges: Sequence[tuple[int, int]]) -> Candidate
         cuts = tuple(sorted(c for c in moved if 0 < c < len(new_text)))
     spelled = []
     for at in candidate.spelled:  # a spelled marker stays spelled while none of it is deleted
-        marker = _MARKER_RE.match(text, at)
+        marker = candidate.syntax.spellable.match(text, at)
         end = marker.end() if marker else at + 1
         if not any(a < end and at < b for a, b in gone):
             spelled.append(at - sum(b - a for a, b in gone if b <= at))
-    return Candidate(candidate.request, new_text, cuts, tuple(spelled))
+    return replace(candidate, text=new_text, cuts=cuts, spelled=tuple(spelled))
 
 
 def ddmin(
@@ -187,9 +187,12 @@ class Minimizer:
         for _ in range(rounds):
             before = candidate
             candidate = shrink_request(candidate, self.holds)
-            candidate = ddmin(candidate, lambda c: segments(c.text, False, False), self.holds)
-            candidate = ddmin(candidate, lambda c: segments(c.text, True, False), self.holds)
-            candidate = ddmin(candidate, lambda c: segments(c.text, True, True), self.holds)
+            for split_text, split_markers in ((False, False), (True, False), (True, True)):
+                candidate = ddmin(
+                    candidate,
+                    lambda c, t=split_text, m=split_markers: segments(c.text, t, m, c.syntax),
+                    self.holds,
+                )
             candidate = shrink_cuts(candidate, self.holds)
             if candidate == before:
                 break
@@ -208,10 +211,12 @@ class MinimizeInput(NamedTuple):
     delivery: str | None
     signature: str | None
     spelled: tuple[int, ...] = ()
+    format: str = formats.DEFAULT
 
 
-def read_input(path: Path) -> MinimizeInput:
-    """The input of ``minimize``: a case file, a JSON payload or a raw fuzz input."""
+def read_input(path: Path, format: str | None = None) -> MinimizeInput:
+    """The input of ``minimize``: a case file (its format is its own), a JSON payload or a raw
+    fuzz input (of ``format``; default K2)."""
     from k2conform.errors import UsageError
 
     try:
@@ -226,7 +231,7 @@ def read_input(path: Path) -> MinimizeInput:
         from k2conform.delivery.modes import cut
         from k2conform.fuzzing.envelope import decode
 
-        fuzz = decode(raw)
+        fuzz = decode(raw, format or formats.DEFAULT)
         pieces = (
             tuple(d.text for d in cut(fuzz.text, fuzz.split_points()))
             if fuzz.cuts is not None
@@ -234,7 +239,7 @@ def read_input(path: Path) -> MinimizeInput:
         )
         delivery = "stream-recorded" if pieces else None
         return MinimizeInput(
-            fuzz.request(), fuzz.text, pieces, delivery, None, fuzz.spelled_markers()
+            fuzz.request(), fuzz.text, pieces, delivery, None, fuzz.spelled_markers(), fuzz.format
         )
     if data.get("kind") == "completion":
         from k2conform.case.corpus import case_from_json
@@ -248,6 +253,7 @@ def read_input(path: Path) -> MinimizeInput:
             generator.get("delivery"),
             generator.get("signature"),
             case.spelled_markers,
+            case.format,
         )
     if "model_output" not in data and "deltas" not in data:
         raise UsageError(f"{path}: neither a case file nor a payload with 'model_output'")
@@ -260,7 +266,14 @@ def read_input(path: Path) -> MinimizeInput:
         tool_choice=data.get("tool_choice", "auto"),
         thinking=bool(data.get("thinking", False)),
     )
-    return MinimizeInput(request, text, deltas, data.get("delivery"), data.get("signature"))
+    return MinimizeInput(
+        request,
+        text,
+        deltas,
+        data.get("delivery"),
+        data.get("signature"),
+        format=data.get("format") or format or formats.DEFAULT,
+    )
 
 
 class NoMatrixFinding(Exception):
@@ -305,7 +318,9 @@ class JudgedEngine:
         for name in parse_signature(signature):
             if name not in by_name:
                 raise NoMatrixFinding(f"the signature names {name}, which is not under test")
-            cells[name] = CellEngine(by_name[name], Availability("ok"), settings, "minimize")
+            cells[name] = CellEngine(
+                by_name[name], Availability("ok"), settings, "minimize", start.format
+            )
         return cls(engine, cells, start, mode)
 
     def cells_of(self, candidate: Candidate, mode: str) -> dict[str, Any]:
@@ -330,9 +345,8 @@ class JudgedEngine:
     ) -> Any:
         observation = self.engine.observe(request, text, mode, cuts, spelled=spelled)
         if observation.signature:
-            candidate = Candidate(
-                request, text, None if cuts is None else tuple(cuts), tuple(spelled)
-            )
+            cuts = None if cuts is None else tuple(cuts)
+            candidate = Candidate(request, text, cuts, tuple(spelled), self.engine.format)
             for name, probe in self._probes(candidate, mode).items():
                 held = probe.case is not None and probe.case.id.startswith(self.prefix + "_")
                 if not held or probe.signature != self.want[name]:
@@ -364,9 +378,9 @@ def minimize_input(
         if deltas is None or mode != "stream-recorded":
             first = engine.observe(request, text, mode)
             deltas = first.deltas
-        start = Candidate(request, text, cut_points(deltas or (text,)))
+        start = Candidate(request, text, cut_points(deltas or (text,)), format=engine.format)
     else:
-        start = Candidate(request, text, None, tuple(spelled))
+        start = Candidate(request, text, None, tuple(spelled), engine.format)
     probe = Minimizer(engine, mode, "")
     signature = target_signature or probe.observe(start).signature
     if not signature:
