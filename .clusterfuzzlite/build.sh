@@ -2,10 +2,11 @@
 # Builds the atheris targets of fuzz/ as OSS-Fuzz and ClusterFuzzLite run them (docs/fuzzing.md):
 # one executable per target in $OUT (compile_python_fuzzer: PyInstaller, one file), and beside
 # each its libFuzzer options, seed corpus and dictionary (fuzz/build_seed_corpus.py --service).
-# K2FUZZ_TARGETS (default: all three) picks targets; the differential and roundtrip targets
-# need the pinned vLLM + SGLang closure (requirements/parsers.txt, ~1.5 GB with the CPU torch).
+# K2FUZZ_TARGETS (default: all four: k2conform.fuzzing.targets.SERVICE_TARGETS) picks targets;
+# all but the reference target need the pinned vLLM + SGLang closure (requirements/parsers.txt,
+# ~1.5 GB with the CPU torch). differential_k3 is the differential target over Kimi K3 output.
 cd "$SRC/k2conform"
-targets=${K2FUZZ_TARGETS:-reference differential roundtrip}
+targets=${K2FUZZ_TARGETS:-reference differential roundtrip differential_k3}
 
 python3 -m pip install .
 if [[ "$targets" != "reference" ]]; then

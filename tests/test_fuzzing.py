@@ -308,27 +308,37 @@ def test_seed_corpus_is_built_from_the_case_corpus(tmp_path):
 
 def test_service_files_lay_out_every_target_for_oss_fuzz(tmp_path):
     """What .clusterfuzzlite/build.sh puts beside each executable: fuzz_NAME.options with the
-    flags k2conform fuzz uses, and for the envelope targets the seed corpus zip and dictionary."""
+    flags k2conform fuzz uses, and for the envelope targets the seed corpus zip and dictionary
+    of the target's format (``differential_k3``: the K3 cases and markers); every service
+    target has its script, and build.sh builds them all by default."""
     import zipfile
 
-    from k2conform.fuzzing.targets import ENVELOPE_TARGETS, MAX_LEN, TARGETS
+    from k2conform.fuzzing.targets import ENVELOPE_TARGETS, MAX_LEN, SERVICE_TARGETS, TARGETS
 
+    assert set(TARGETS) < set(SERVICE_TARGETS)
+    assert {p.stem.removeprefix("fuzz_") for p in (ROOT / "fuzz").glob("fuzz_*.py")} == set(
+        SERVICE_TARGETS
+    )
+    build_sh = (ROOT / ".clusterfuzzlite" / "build.sh").read_text()
+    assert f"K2FUZZ_TARGETS:-{' '.join(SERVICE_TARGETS)}}}" in build_sh
     build = [sys.executable, str(ROOT / "fuzz" / "build_seed_corpus.py"), "--service"]
     out = tmp_path / "out"
     done = subprocess.run([*build, str(out)], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
-    seeds = build_seed_corpus(tmp_path / "seeds")
-    for target in TARGETS:
-        options = (out / f"fuzz_{target}.options").read_text()
+    for name, (target, format) in SERVICE_TARGETS.items():
+        options = (out / f"fuzz_{name}.options").read_text()
         assert options.startswith("[libfuzzer]\n") and f"max_len = {MAX_LEN[target]}\n" in options
-        archive = out / f"fuzz_{target}_seed_corpus.zip"
+        archive = out / f"fuzz_{name}_seed_corpus.zip"
         assert archive.is_file() == (target in ENVELOPE_TARGETS)
         if target in ENVELOPE_TARGETS:
+            seeds = tmp_path / f"seeds-{format}"
+            count = build_seed_corpus(seeds, format=format)
             with zipfile.ZipFile(archive) as bundle:
-                assert len(bundle.namelist()) == seeds
-                for name in bundle.namelist():
-                    assert bundle.read(name) == (tmp_path / "seeds" / name).read_bytes()
-            assert (out / f"fuzz_{target}.dict").read_text(encoding="utf-8") == dictionary_text()
+                assert len(bundle.namelist()) == count
+                for entry in bundle.namelist():
+                    assert bundle.read(entry) == (seeds / entry).read_bytes()
+            dictionary = (out / f"fuzz_{name}.dict").read_text(encoding="utf-8")
+            assert dictionary == dictionary_text(format)
     again = tmp_path / "again"
     subprocess.run([*build, str(again)], capture_output=True, check=True, timeout=600)
     archive = "fuzz_reference_seed_corpus.zip"
@@ -1253,3 +1263,16 @@ def test_the_differential_target_reads_inputs_in_its_engines_format():
     target = differential_target(Engine(), ("whole",), store, SeenInputs())
     target(FuzzInput(K3_CALL.replace("get_weather", "search"), DECLARE_TOOLS).encode())
     assert [t["function"]["name"] for t in requests[0].tools] == ["search"]
+
+
+@pytest.mark.slow
+@NEEDS_PARSERS
+def test_the_k3_service_target_fuzzes_k3_output(tmp_path):
+    """``fuzz/fuzz_differential_k3.py`` (what a service runs with libFuzzer flags only) is the
+    differential target over K3 output: its findings go to the K3 table as K3 cases."""
+    seeds = tmp_path / "seeds"
+    build_seed_corpus(seeds, format="k3")
+    done = _run_target("differential_k3", tmp_path, "-runs=40", str(seeds))
+    assert "differential-k3: adapters vllm-k3, sglang-k3" in done.stderr
+    table = json.loads((tmp_path / "findings" / "signatures-differential-k3.json").read_text())
+    assert table["executions"] >= 40 and table["signatures"]

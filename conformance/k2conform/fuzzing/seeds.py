@@ -60,19 +60,23 @@ def build_seed_corpus(
 
 
 def write_service_files(out: Path | str, corpus_root: Path | str | None = None) -> list[Path]:
-    """Per target ``fuzz_NAME`` in ``out`` (the services' ``$OUT``): ``fuzz_NAME.options`` (the
-    libFuzzer flags ``k2conform fuzz`` passes) and, for the targets that read the envelope,
-    ``fuzz_NAME_seed_corpus.zip`` and ``fuzz_NAME.dict``.  The zip is byte-for-byte the same
-    on every build (sorted names, fixed timestamps)."""
+    """Per service target ``fuzz_NAME`` in ``out`` (the services' ``$OUT``):
+    ``fuzz_NAME.options`` (the libFuzzer flags ``k2conform fuzz`` passes) and, for the targets
+    that read the envelope, ``fuzz_NAME_seed_corpus.zip`` and ``fuzz_NAME.dict`` of its format.
+    The zip is byte-for-byte the same on every build (sorted names, fixed timestamps)."""
     from k2conform.fuzzing.differential import DEFAULT_DEADLINE
-    from k2conform.fuzzing.targets import ENVELOPE_TARGETS, MAX_LEN, TARGETS, libfuzzer_timeout
+    from k2conform.fuzzing.targets import (
+        ENVELOPE_TARGETS,
+        MAX_LEN,
+        SERVICE_TARGETS,
+        libfuzzer_timeout,
+    )
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    files = seed_files(corpus_root)
     written = []
-    for target in TARGETS:
-        stem = out / f"fuzz_{target}"
+    for name, (target, format) in SERVICE_TARGETS.items():
+        stem = out / f"fuzz_{name}"
         options = stem.with_name(stem.name + ".options")
         options.write_text(
             f"[libfuzzer]\nmax_len = {MAX_LEN[target]}\n"
@@ -82,12 +86,14 @@ def write_service_files(out: Path | str, corpus_root: Path | str | None = None) 
         written.append(options)
         if target not in ENVELOPE_TARGETS:
             continue
+        files = seed_files(corpus_root, format)
         archive = stem.with_name(stem.name + "_seed_corpus.zip")
         with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as bundle:
-            for name in sorted(files):
-                bundle.writestr(zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0)), files[name])
+            for file_name in sorted(files):
+                entry = zipfile.ZipInfo(file_name, date_time=(1980, 1, 1, 0, 0, 0))
+                bundle.writestr(entry, files[file_name])
         dictionary = stem.with_name(stem.name + ".dict")
-        dictionary.write_text(dictionary_text(), encoding="utf-8")
+        dictionary.write_text(dictionary_text(format), encoding="utf-8")
         written += [archive, dictionary]
     return written
 

@@ -45,6 +45,12 @@ ENVELOPE_TARGETS = ("reference", "differential")
 #: 2 KB holds several calls; a 4 KB limit halved the reference target's speed and, in a
 #: minute from the seed corpus, reached no more coverage (cov 284 either way).
 MAX_LEN = {"reference": 2048, "differential": 2048, "roundtrip": 2048}
+#: The executables a fuzzing service builds (``fuzz/fuzz_NAME.py``) -> (target, format): each
+#: target over K2 output, and the differential target over K3 output.
+SERVICE_TARGETS: dict[str, tuple[str, str]] = {
+    **{target: (target, formats.DEFAULT) for target in TARGETS},
+    "differential_k3": ("differential", "k3"),
+}
 MAX_TEXT = 8192
 #: ``--distinct``: what makes two findings two: the fuzz signature's component (default), or
 #: the matrix's judgement of the finding's case (the rediscovery bench: slower, finer).
