@@ -58,7 +58,7 @@ _EXTRA_GLUE = tuple(
     )
 )
 #: What only a Kimi K2 lane leaves out: the K3 cases plan no cell of a K2 adapter
-#: (``Adapter.families``), the request-level cases none of an in-process one
+#: (``Adapter.formats``), the request-level cases none of an in-process one
 #: (tests/test_request_fate.py).
 _SERVER_ONLY_CASES = (":(exclude)corpus/k3", ":(exclude)corpus/requests")
 INPUTS = {

@@ -590,3 +590,32 @@ def test_a_case_summary_reads_back_as_it_was_written_with_its_request_typed():
         assert CaseSummary.from_json(document) == summary
         assert CaseSummary.from_json(document).to_json() == document
     assert "format" not in spelled.to_json() and spelled.to_json()["spelled_markers"] == [0]
+
+
+def test_the_reports_of_one_run_group_its_behaviours_once(run, tmp_path, monkeypatch):
+    """The summary and the HTML page of one gated run show one grouping, made once: both
+    reports are rendered from it, and they are the reports a fresh grouping gives."""
+    import argparse
+
+    from k2conform import outputs
+    from k2conform.gate import behaviours as grouping
+    from k2conform.gate.baseline import load_baseline
+    from k2conform.model import RunResults
+    from k2conform.report import pages
+
+    results = RunResults.from_json(json.loads((run["tmp"] / "first.json").read_text()))
+    made = []
+    real = grouping.behaviours
+    monkeypatch.setattr(grouping, "behaviours", lambda *a: made.append(1) or real(*a))
+    html_path, md_path = tmp_path / "report.html", tmp_path / "summary.md"
+    args = argparse.Namespace(allow_missing=(), json=None, html=html_path, markdown=md_path)
+    outputs.gate_and_report(results, load_baseline(run["tmp"] / "baseline.json"), args)
+    assert len(made) == 1
+    gated = RunResults.from_json(json.loads((run["tmp"] / "results.json").read_text()))
+    fresh = pages.markdown(gated)
+    assert "### Distinct behaviours per adapter" in md_path.read_text()
+    assert md_path.read_text().split("### Distinct behaviours")[1] == fresh.split(
+        "### Distinct behaviours"
+    )[1]
+    shown = sum(len(group) for group in grouping.gated_behaviours(gated).values())
+    assert shown and html_path.read_text().count("<details class='behaviour ") == shown

@@ -53,11 +53,13 @@ def gate_and_report(results: RunResults, baseline: Any, args: argparse.Namespace
     """The gate, the reports, the console summary; the exit status."""
     from k2conform.report import pages as report
     from k2conform.gate.baseline import gate
+    from k2conform.gate.behaviours import gated_behaviours
 
     results, passed = gate(results, baseline, args.allow_missing)
     passed = passed and "partial" not in results.extra
-    summary = report.markdown(results)  # the gate's every new, stale and missing item by name
-    write_reports(results, args.json, args.html, args.markdown, summary)
+    grouped = gated_behaviours(results)  # once, for the summary and the HTML page
+    summary = report.markdown(results, grouped)  # the gate's every new, stale and missing item
+    write_reports(results, args.json, args.html, args.markdown, summary, grouped)
     sys.stdout.write(summary)
     return 0 if passed else 1
 
@@ -68,13 +70,16 @@ def write_reports(
     html_path: Path | None,
     md_path: Path | None,
     summary: str | None = None,
+    grouped: Any = None,
 ) -> None:
-    """``summary``: the Markdown summary when the caller has rendered it already."""
+    """``summary``: the Markdown summary when the caller has rendered it already; ``grouped``:
+    the behaviours, when it has grouped them
+    (:func:`k2conform.gate.behaviours.gated_behaviours`)."""
     from k2conform.report import pages as report
 
     for path, text in (
         (json_path, lambda: json.dumps(results.to_json(), ensure_ascii=False, indent=1)),
-        (html_path, lambda: report.html_page(results)),
+        (html_path, lambda: report.html_page(results, grouped)),
         (html_path.with_suffix(".svg") if html_path else None, lambda: report.matrix_svg(results)),
         (md_path, lambda: summary if summary is not None else report.markdown(results)),
     ):

@@ -93,6 +93,12 @@ def baseline_entries(results: RunResults) -> tuple[BaselineEntry, ...]:
     return block.entries if block else ()
 
 
+def gated_behaviours(results: RunResults) -> dict[str, list[Behaviour]]:
+    """The behaviours the reports show: grouped by the entries the run was gated against.  A
+    caller that renders several reports groups once and hands the grouping to each."""
+    return behaviours(results, baseline_entries(results))
+
+
 def behaviours(results: RunResults, entries: Sequence[BaselineEntry]) -> dict[str, list[Behaviour]]:
     """Adapter → its distinct behaviours, in the order a maintainer should read them: new ones
     first, then those not reported upstream, then the rest; larger groups first."""

@@ -21,9 +21,8 @@ from k2conform.gate.behaviours import (
     FAMILIES,
     TOKEN_ALIGNED,
     Behaviour,
-    baseline_entries,
-    behaviours,
     counts,
+    gated_behaviours,
     ran_adapters,
 )
 from k2conform.report.findings import delivered_deltas, repro_command, script_cannot_show
@@ -73,7 +72,7 @@ def table(
 class FindingsView:
     """Renders the behaviours of one results document."""
 
-    def __init__(self, results: RunResults):
+    def __init__(self, results: RunResults, grouped: dict[str, list[Behaviour]] | None = None):
         self.cases = {c.id: c for c in results.cases}
         self.seed = results.seed
         self.versions = {a.name: a.version or "not installed" for a in results.adapters}
@@ -81,7 +80,7 @@ class FindingsView:
         delivered = {c.delivery for c in results.cells}
         self.modes = [m for m in results.modes if m in delivered]
         self.baselined = gate_block(results.extra) is not None
-        self.found = behaviours(results, baseline_entries(results))
+        self.found = gated_behaviours(results) if grouped is None else grouped
 
     def page_part(self) -> str:
         """The overview table, the filters and one section per adapter."""

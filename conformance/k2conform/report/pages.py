@@ -16,10 +16,9 @@ from k2conform.report import coverage_section, style
 from k2conform.gate.behaviours import (
     FAMILIES,
     Behaviour,
-    baseline_entries,
-    behaviours,
     counts,
     family,
+    gated_behaviours,
     ran_adapters,
 )
 from k2conform.report.findings_html import FindingsView, table
@@ -146,9 +145,10 @@ def _agreement_text(tally: Counter) -> str:
     return f"{tally['agree']}/{judged}{open_cells}"
 
 
-def markdown(results: RunResults) -> str:
+def markdown(results: RunResults, grouped: dict[str, list[Behaviour]] | None = None) -> str:
     """The summary a CI job shows (and the console prints): agreement per adapter and mode,
-    the gate with every new, stale and missing item by name, distinct behaviours per adapter."""
+    the gate with every new, stale and missing item by name, distinct behaviours per adapter
+    (``grouped``: :func:`~k2conform.gate.behaviours.gated_behaviours`, when the caller has it)."""
     lines = [
         (
             f"## k2conform: {len(results.cases)} cases, {len(results.cells)} cells, "
@@ -198,15 +198,18 @@ def markdown(results: RunResults) -> str:
         lines += [f"- UNREVIEWED: {line}" for line in gate.unreviewed]
         lines += [f"- NEW: {line}" for line in gate.new_cells]
         lines += [f"- STALE: {line}" for line in gate.stale_lines]
-    return "\n".join(lines + behaviour_lines(results) + streaming_cost_lines(results)) + "\n"
+    behaviour = behaviour_lines(results, grouped)
+    return "\n".join(lines + behaviour + streaming_cost_lines(results)) + "\n"
 
 
-def behaviour_lines(results: RunResults) -> list[str]:
+def behaviour_lines(
+    results: RunResults, grouped: dict[str, list[Behaviour]] | None = None
+) -> list[str]:
     """The "Distinct behaviours per adapter" table of the Markdown summary."""
     adapters = ran_adapters(results)
     if not adapters:
         return []
-    grouped = behaviours(results, baseline_entries(results))
+    grouped = gated_behaviours(results) if grouped is None else grouped
     per_adapter = counts({a: g for a, g in grouped.items() if a in adapters})
     columns = (
         "adapter",
@@ -360,11 +363,12 @@ def _header_warnings(results: RunResults, prefix: str) -> list[str]:
     return warnings + ([""] if warnings else [])
 
 
-def html_page(results: RunResults) -> str:
+def html_page(results: RunResults, grouped: dict[str, list[Behaviour]] | None = None) -> str:
     """The HTML report: it opens on the findings per adapter; the tables of every cell's
-    outcome, the class matrix and the cases with findings follow."""
+    outcome, the class matrix and the cases with findings follow (``grouped``: as
+    :func:`markdown`'s)."""
     esc = html.escape
-    view = FindingsView(results)
+    view = FindingsView(results, grouped)
     sections = (
         ("findings", "findings"),
         ("matrix", "class matrix"),
