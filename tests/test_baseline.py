@@ -455,6 +455,65 @@ def test_what_the_run_did_not_judge_is_kept_as_it_was():
     }
 
 
+def test_a_glob_entry_the_run_judged_in_part_keeps_the_modes_the_run_did_not_judge():
+    """An entry whose case is a pattern (``y_a*``) is judged by every case it matches that ran:
+    what those cases ran in is rewritten, the rest of its modes is kept; a pattern no case of
+    the run matches keeps the entry whole."""
+    previous = [
+        BaselineEntry("vllm", "differs", ("count",), ("whole", "stream-char"), ("y_a*",), "glob"),
+        BaselineEntry("vllm", "differs", ("name",), ("whole", "stream-token"), ("y_[a]?",), "all"),
+        BaselineEntry("vllm", "crash", (), ("whole",), ("y_z*",), "no match"),
+    ]
+    cells = [cell("y_a1", outcome="agree", fields=()), cell("y_b", outcome="agree", fields=())]
+    entries = baseline_from_cells(cells, previous, ["vllm"])["entries"]
+    kept = {(e["outcome"], tuple(e["deliveries"]), tuple(e["cases"])) for e in entries}
+    assert kept == {
+        ("differs", ("stream-char",), ("y_a*",)),
+        ("differs", ("stream-token",), ("y_[a]?",)),
+        ("crash", ("whole",), ("y_z*",)),
+    }
+
+
+def test_behaviour_units_are_each_adapter_outcome_fields_delivery_and_case_an_entry_vouches_for():
+    """What ``baseline --previous`` compares to say what it added, removed and kept."""
+    from k2conform.gate.baseline import behaviour_units
+
+    entry = {
+        "adapter": "vllm",
+        "outcome": "differs",
+        "fields": ["content", "count"],
+        "deliveries": ["whole", "stream-token"],
+        "cases": ["y_a", "y_b"],
+    }
+    assert behaviour_units([entry]) == {
+        ("vllm", "differs", "content,count", delivery, case)
+        for delivery in ("whole", "stream-token")
+        for case in ("y_a", "y_b")
+    }
+    assert behaviour_units([]) == set()
+
+
+def test_the_gate_block_reads_back_what_it_wrote_and_defaults_what_an_old_one_lacks():
+    """A results document carries the gate block; a report rebuilt from it must read every
+    list back (the missing adapters, unreviewed entries, new cells, stale items, entries), and
+    a block written before a list existed reads as that list empty."""
+    from k2conform.gate.baseline import GateBlock
+
+    block = GateBlock(
+        passed=False,
+        new=1,
+        baselined=2,
+        stale=({"case": "y_a", "adapter": "vllm", "delivery": "whole"},),
+        missing=("sglang",),
+        unreviewed=("vllm differs content",),
+        new_cells=("y_b vllm whole",),
+        entries=(BaselineEntry("vllm", "differs", ("content",), ("*",), ("y_a",), "why"),),
+    )
+    assert GateBlock.from_json(json.loads(json.dumps(block.to_json()))) == block
+    old = GateBlock.from_json({"passed": True, "new": 0, "baselined": 0})
+    assert (old.stale, old.missing, old.unreviewed, old.new_cells, old.entries) == ((),) * 5
+
+
 # -- upstream links (docs/baseline.md) ---------------------------------------------------------
 
 #: The one form a shipped link takes: an upstream issue, pull request or commit on GitHub.
