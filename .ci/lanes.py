@@ -37,8 +37,9 @@ _SGLANG_SERVING = tuple(
     for name in ("sglang_server", "sglang_server_k3")
 )
 #: What no lane plans a cell for: the live-engine plugin's probes (``run`` takes completion
-#: cases only).
-_NOT_RUN = (":(exclude)corpus/probes",)
+#: cases only) and the findings catalogue (the corpus loader skips it: ``catalogue check``
+#: replays it, docs/findings-catalogue.md).
+_NOT_RUN = (":(exclude)corpus/probes", ":(exclude)corpus/findings/catalogue")
 #: The real vLLM server's glue: only the server lane runs it.
 _SERVER_GLUE = tuple(
     f":(exclude)adapters/k2conform_adapters/{name}.py"
