@@ -37,9 +37,15 @@ _SGLANG_SERVING = tuple(
     for name in ("sglang_server", "sglang_server_k3")
 )
 #: What no lane plans a cell for: the live-engine plugin's probes (``run`` takes completion
-#: cases only) and the findings catalogue (the corpus loader skips it: ``catalogue check``
-#: replays it, docs/findings-catalogue.md).
-_NOT_RUN = (":(exclude)corpus/probes", ":(exclude)corpus/findings/catalogue")
+#: cases only), the findings catalogue (the corpus loader skips it: ``catalogue check``
+#: replays it, docs/findings-catalogue.md) and the reproduction scripts' drivers.
+_NOT_RUN = (
+    ":(exclude)corpus/probes",
+    ":(exclude)corpus/findings/catalogue",
+    # report-finding's standalone scripts: no cell runs them (tests/test_repro_scripts.py does)
+    ":(exclude)adapters/k2conform_adapters/repro",
+    ":(exclude)adapters/k2conform_adapters/reproducible.py",
+)
 #: The real vLLM server's glue: only the server lane runs it.
 _SERVER_GLUE = tuple(
     f":(exclude)adapters/k2conform_adapters/{name}.py"
