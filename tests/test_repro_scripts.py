@@ -40,6 +40,8 @@ DRIVERS = {
     "easydel": ("easydel", "easydel"),
     "sglang_kt": ("sglang-kt", "sglang-kt"),
 }
+#: The K3 adapters -> their engine's driver, which drives kimi_k3 for a K3 case.
+K3_DRIVERS = {"vllm-k3": "vllm", "sglang-k3": "sglang"}
 #: (driver, case, mode, reproduces): a finding of the shipped baseline, and an agreeing cell
 CELLS = [
     ("vllm", "y_marker_in_json_string_after_escaped_quote", "whole", True),
@@ -56,16 +58,28 @@ CELLS = [
     ("easydel", "y_spec_single_call", "stream-token", False),
     ("sglang_kt", "y_id_hyphenated_name_dotted_and_hyphen", "whole", True),
     ("sglang_kt", "y_spec_single_call", "stream-token", False),
+    ("vllm-k3", "n_k3_message_close_without_response_close", "stream-token", True),  # a leak
+    ("vllm-k3", "y_k3_typed_values", "stream-token", False),
+    ("vllm-k3", "n_k3_max_tokens_inside_call", "whole", True),
+    ("sglang-k3", "n_k3_max_tokens_inside_call", "stream-token", True),  # the call lost
+    ("sglang-k3", "y_k3_think_then_call", "whole", False),
 ]
 
 
+def _spec(driver: str) -> tuple[str, str, str | None]:
+    """A cell's driver (a driver module, or a K3 adapter) as (module, adapter, venv)."""
+    if driver in K3_DRIVERS:
+        return K3_DRIVERS[driver], driver, DRIVERS[K3_DRIVERS[driver]][1]
+    return (driver, *DRIVERS[driver])
+
+
 def _lane(driver: str) -> pytest.MarkDecorator:
-    return pytest.mark.extra if DRIVERS[driver][1] else pytest.mark.slow
+    return pytest.mark.extra if _spec(driver)[2] else pytest.mark.slow
 
 
 def _python(driver: str) -> str:
     """The interpreter where the driver's parser is installed (skip when there is none)."""
-    adapter, venv = DRIVERS[driver]
+    _, adapter, venv = _spec(driver)
     if venv is None:
         if load(create_adapter(adapter)).status != "ok":
             missing(f"{adapter} is not installed here")
@@ -100,7 +114,7 @@ def served():
 
 def _adapter_message(driver: str, served: dict, case, delivery: modes.Delivery) -> dict:
     """What the k2conform adapter returns on the same delivery."""
-    name, venv = DRIVERS[driver]
+    _, name, venv = _spec(driver)
     if venv is None:
         adapter = create_adapter(name)
     else:
@@ -117,7 +131,7 @@ def _in_process(driver: str, data: dict) -> dict:
     """The driver module imported here and run on the case, in the script's output shape."""
     from k2conform_adapters.repro.shared import Case
 
-    module = importlib.import_module(f"k2conform_adapters.repro.{driver}")
+    module = importlib.import_module(f"k2conform_adapters.repro.{_spec(driver)[0]}")
     try:
         return module.run(Case(**data))
     except Exception as exc:  # noqa: BLE001 - the parser raised, as the script reports it
@@ -143,8 +157,9 @@ def test_the_script_reproduces_a_finding_and_not_an_agreeing_case(
         load_tokenizer(),
         seed=modes.case_seed(modes.DEFAULT_SEED, case.id),
         recorded=case.deltas,
+        format=case.format,
     )
-    script = create_adapter(DRIVERS[driver][0]).repro_script(
+    script = create_adapter(_spec(driver)[1]).repro_script(
         case.request, list(delivery.deltas), mode, expected=case.expected.to_json(), case_id=case.id
     )
     assert "k2conform" not in script  # one standalone file: nothing of k2conform imported
@@ -155,10 +170,21 @@ def test_the_script_reproduces_a_finding_and_not_an_agreeing_case(
     )
     assert done.returncode == (1 if reproduces else 0), done.stdout[-2000:] + done.stderr[-2000:]
     assert ("NOT REPRODUCED" in done.stdout) is not reproduces
-    observed = json.loads(done.stdout.splitlines()[-1])
+    observed = _masked(json.loads(done.stdout.splitlines()[-1]))
     assert observed == _adapter_message(driver, served, case, delivery)
     if python == sys.executable:
-        assert _in_process(driver, case_data(case.request, delivery.deltas, mode)) == observed
+        data = case_data(case.request, delivery.deltas, mode, case.format)
+        assert _masked(_in_process(driver, data)) == observed
+
+
+def _masked(message: dict) -> dict:
+    """The script's message with the ids a server mints at random masked, as the adapter
+    reports them (``RandomIds``: vLLM's K3 parser mints ``chatcmpl-tool-…``)."""
+    from k2conform.adapter.glue import RandomIds
+
+    ids = RandomIds.chatcmpl()
+    calls = [{**call, "id": ids.mask(call.get("id"))} for call in message.get("tool_calls") or ()]
+    return {**message, "tool_calls": calls} if "tool_calls" in message else message
 
 
 #: (expected, observed) messages, and what k2conform's comparison says of each

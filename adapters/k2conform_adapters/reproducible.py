@@ -31,5 +31,11 @@ class Reproducible:
         if self.repro_modes is not None and mode not in self.repro_modes:
             return None
         return build_script(
-            self.repro_driver, request, deltas, mode, expected=expected, case_id=case_id
+            self.repro_driver,
+            request,
+            deltas,
+            mode,
+            expected=expected,
+            case_id=case_id,
+            format=self.formats[0],
         )

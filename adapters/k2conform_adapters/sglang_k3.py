@@ -29,11 +29,15 @@ from k2conform.adapter.glue import build_chat_request, load_once
 from k2conform.k3 import markers as k3
 from k2conform.model import Delta, Request, Result, StreamEvent, ToolCall, ToolCallDelta
 
+from k2conform_adapters.reproducible import Reproducible
+
 PARSER = "kimi_k3"
 
 
-class SglangK3Adapter(Adapter):
+class SglangK3Adapter(Reproducible, Adapter):
     name = "sglang-k3"
+    #: repro/sglang.py drives kimi_k3 for a K3 output
+    repro_driver = "sglang"
     package = "sglang"
     supported_versions = ("0.5.23",)
     formats = (k3.FORMAT,)

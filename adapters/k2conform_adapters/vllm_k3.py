@@ -35,11 +35,14 @@ from k2conform.adapter.glue import (
 from k2conform.k3 import markers as k3
 from k2conform.model import Delta, Request, Result
 
+from k2conform_adapters.reproducible import Reproducible
 from k2conform_adapters.vllm_parser import load_kimi_tokenizer, processor_step
 
 
-class VllmK3Adapter(Adapter):
+class VllmK3Adapter(Reproducible, Adapter):
     name = "vllm-k3"
+    #: repro/vllm.py drives kimi_k3 for a K3 output
+    repro_driver = "vllm"
     package = "vllm"
     supported_versions = ("0.33.0",)
     formats = (k3.FORMAT,)

@@ -17,6 +17,10 @@ Writing a driver for another parser (``repro/NAME.py``, built with
 * the module docstring's first line is the parser's name as the script's title says it, the
   rest says how the script drives it (both go into the script's docstring);
 * ``PACKAGE = "..."`` is the distribution to install to run the script;
+* one driver serves an engine's Kimi formats: ``case.format`` (``"k2"``, ``"k3"``) says which
+  parser to compose (``repro/vllm.py``, ``repro/sglang.py``); a K3 case's ``special_tokens``
+  hold K3's four and ``encoded`` the ids of the texts a parser encodes itself
+  (``build.ENCODED``);
 * ``def run(case: Case) -> dict`` drives the parser exactly as its server does (the same
   steps as the k2conform adapter) and returns ``{"content", "reasoning", "tool_calls":
   [{"id", "name", "arguments"}]}``; ``case.mode == "whole"`` is the one-shot API, any other

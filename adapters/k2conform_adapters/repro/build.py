@@ -17,8 +17,9 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from k2conform import markers
+from k2conform import formats, markers
 from k2conform.errors import HarnessError
+from k2conform.k3 import markers as k3
 from k2conform.model import Delta, Request
 
 #: Packages whose names a script must not import: what they provide is inlined.
@@ -59,9 +60,11 @@ def build_script(
     *,
     expected: dict[str, Any] | None = None,
     case_id: str = "case",
+    format: str = formats.DEFAULT,
 ) -> str:
-    """The standalone script for one delivery through ``driver`` (a module of this package,
-    e.g. ``"vllm"``): exit 1 and the observed message on its last line when it reproduces."""
+    """The standalone script for one delivery of a ``format`` output through ``driver`` (a
+    module of this package, e.g. ``"vllm"``): exit 1 and the observed message on its last
+    line when it reproduces."""
     module = f"{__package__}.{driver}"
     tree = _parse(module)
     title, _, about = (ast.get_docstring(tree) or driver).partition("\n")
@@ -76,7 +79,7 @@ def build_script(
     data = "\n".join(
         [
             CASE_COMMENT,
-            _assignment("CASE", case_data(request, deltas, mode)),
+            _assignment("CASE", case_data(request, deltas, mode, format)),
             "# The message the spec expects.",
             _assignment("EXPECTED", expected or EMPTY_MESSAGE),
         ]
@@ -84,18 +87,40 @@ def build_script(
     return f"{header}\n{bundle.imports()}\n\n\n{data}\n\n\n{bundle.code()}\n\n\n{MAIN}"
 
 
-def case_data(request: Request, deltas: Sequence[Delta], mode: str) -> dict[str, Any]:
-    """The keyword arguments of the script's ``Case``."""
+def case_data(
+    request: Request, deltas: Sequence[Delta], mode: str, format: str = formats.DEFAULT
+) -> dict[str, Any]:
+    """The keyword arguments of the script's ``Case``; a K3 output's adds its format, K3's
+    special tokens and the ids of its channel tags (:data:`ENCODED`)."""
     ids = sorted({i for delta in deltas for i in delta.token_ids})
-    return {
+    special = {**markers.SPECIAL_TOKEN_IDS, **formats.FORMATS[format].standin_token_ids}
+    data = {
         "tools": json.loads(json.dumps([dict(t) for t in request.tools])),
         "tool_choice": json.loads(json.dumps(request.tool_choice)),
         "thinking": bool(request.thinking),
         "mode": mode,
         "deltas": [[delta.text, list(delta.token_ids)] for delta in deltas],
         "token_text": _token_texts(ids),
-        "special_tokens": dict(markers.SPECIAL_TOKEN_IDS),
+        "special_tokens": special,
     }
+    if format != formats.DEFAULT:
+        from k2conform.delivery.tokenizer import load_tokenizer
+
+        tokenizer = load_tokenizer()
+        data["format"] = format
+        data["encoded"] = {
+            text: list(tokenizer.encode(text, add_special_tokens=False))
+            for text in ENCODED.get(format, ())
+        }
+    return data
+
+
+#: Per format, the texts a parser encodes itself (the script's tokenizer answers only these):
+#: vLLM's K3 reasoning parser finds its channel tags among the ids, and the generation prompt
+#: ends with one (kimi_k3_reasoning_parser.py).
+ENCODED = {
+    k3.FORMAT: tuple(tag(name) for name in ("think", "response") for tag in (k3.opener, k3.closer)),
+}
 
 
 def _token_texts(ids: Sequence[int]) -> dict[int, str]:

@@ -1,7 +1,7 @@
-"""SGLang kimi_k2 FunctionCallParser
+"""SGLang Kimi FunctionCallParser (kimi_k2, or kimi_k3 for a K3 output)
 
 Drives SGLang's FunctionCallParser(tools, 'kimi_k2') (and the kimi_k2 reasoning parser) as
-serving_chat.py does.
+serving_chat.py does; 'kimi_k3' (and its reasoning parser) for a Kimi K3 output.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from sglang.srt.parser.reasoning_parser import ReasoningParser
 from k2conform_adapters.repro.shared import Case, assemble
 
 PACKAGE = "sglang"
+#: The tool and reasoning parsers per Kimi format.
+PARSERS = {"k2": "kimi_k2", "k3": "kimi_k3"}
 
 
 def run(case: Case) -> dict[str, Any]:
@@ -33,30 +35,45 @@ def run(case: Case) -> dict[str, Any]:
     return parse_stream(case, request, active)
 
 
-def call_id(name: str, index: int) -> str:
-    """serving_chat._process_tool_call_id for kimi_k2."""
-    return f"functions.{name}:{index}"
+def call_id(case: Case, name: str, index: int) -> str:
+    """serving_chat._process_tool_call_id: kimi_k2's functions.NAME:INDEX; kimi_k3's
+    NAME:INDEX counted from the calls of the history (none: the script's one-turn chat)."""
+    return f"{name}:{index}" if case.format == "k3" else f"functions.{name}:{index}"
+
+
+def reasoning_parser(case: Case, request: Any, active: bool, stream: bool) -> Any:
+    """The reasoning parser serving_chat.py runs, or None: kimi_k2's with thinking on; kimi_k3's
+    whenever reasoning is separated, forced unless thinking is off."""
+    if not request.separate_reasoning or (case.format != "k3" and not case.thinking):
+        return None
+    return ReasoningParser(
+        model_type=PARSERS[case.format],
+        stream_reasoning=request.stream_reasoning if stream else False,
+        force_reasoning=case.thinking,
+        request=request,
+        tool_call_parser_active=active,
+    )
 
 
 def parse_whole(case: Case, request: Any, active: bool) -> dict[str, Any]:
     """The one-shot path: reasoning first (thinking on), then the tool calls."""
     text, reasoning = case.text, None
-    if case.thinking and request.separate_reasoning:
-        parser = ReasoningParser(
-            model_type="kimi_k2",
-            stream_reasoning=False,
-            force_reasoning=True,
-            request=request,
-            tool_call_parser_active=active,
-        )
+    parser = reasoning_parser(case, request, active, stream=False)
+    if parser is not None:
         reasoning, text = parser.parse_non_stream(text)
     calls = []
     if active:
-        parser = FunctionCallParser(request.tools, "kimi_k2", tool_choice=request.tool_choice)
+        parser = FunctionCallParser(
+            request.tools, PARSERS[case.format], tool_choice=request.tool_choice
+        )
         if parser.has_tool_call(text):
             text, items = parser.parse_non_stream(text)
             calls = [
-                {"id": call_id(i.name, i.tool_index), "name": i.name, "arguments": i.parameters}
+                {
+                    "id": call_id(case, i.name, i.tool_index),
+                    "name": i.name,
+                    "arguments": i.parameters,
+                }
                 for i in items
             ]
     return {"content": text or "", "reasoning": reasoning or None, "tool_calls": calls}
@@ -65,29 +82,23 @@ def parse_whole(case: Case, request: Any, active: bool) -> dict[str, Any]:
 def parse_stream(case: Case, request: Any, active: bool) -> dict[str, Any]:
     """The streaming path: each delta through the reasoning parser, then the tool parser;
     the last delta also ends both streams."""
-    reasoning_parser = None
-    if case.thinking and request.separate_reasoning:
-        reasoning_parser = ReasoningParser(
-            model_type="kimi_k2",
-            stream_reasoning=request.stream_reasoning,
-            force_reasoning=True,
-            request=request,
-            tool_call_parser_active=active,
-        )
+    reasoner = reasoning_parser(case, request, active, stream=True)
     tool_parser = None
     if active:
-        tool_parser = FunctionCallParser(request.tools, "kimi_k2", tool_choice=request.tool_choice)
+        tool_parser = FunctionCallParser(
+            request.tools, PARSERS[case.format], tool_choice=request.tool_choice
+        )
     events: list[dict[str, Any]] = []
     for n, (text, _ids) in enumerate(case.deltas):
         finished = n == len(case.deltas) - 1
-        if reasoning_parser is not None:
-            reasoning, text = reasoning_parser.parse_stream_chunk(text)
+        if reasoner is not None:
+            thought, text = reasoner.parse_stream_chunk(text)
             if finished:
-                end_reasoning, end_text = reasoning_parser.parse_stream_end()
-                reasoning = (reasoning or "") + (end_reasoning or "")
+                end_reasoning, end_text = reasoner.parse_stream_end()
+                thought = (thought or "") + (end_reasoning or "")
                 text = (text or "") + (end_text or "")
-            if reasoning:
-                events.append({"reasoning": reasoning})
+            if thought:
+                events.append({"reasoning": thought})
         if tool_parser is None:
             if text:
                 events.append({"content": text})
@@ -105,7 +116,7 @@ def parse_stream(case: Case, request: Any, active: bool) -> dict[str, Any]:
                         {
                             "index": i.tool_index,
                             "name": i.name or None,
-                            "id": call_id(i.name, i.tool_index) if i.name else None,
+                            "id": call_id(case, i.name, i.tool_index) if i.name else None,
                             "arguments": i.parameters,
                         }
                     ]

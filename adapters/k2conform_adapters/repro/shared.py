@@ -30,7 +30,11 @@ class Case:
     mode: str  #: "whole" (the complete output in one call) or the streaming mode's name
     deltas: list[list[Any]]  #: [text, token ids] per delta, in order
     token_text: dict[int, str] = field(default_factory=dict)  #: what each token id decodes to
-    special_tokens: dict[str, int] = field(default_factory=dict)  #: Kimi K2's markers' ids
+    #: the special tokens' ids: Kimi K2's markers, and K3's four for a K3 output
+    special_tokens: dict[str, int] = field(default_factory=dict)
+    format: str = "k2"  #: the Kimi format of the output: "k2" or "k3"
+    #: the ids of the texts a parser encodes itself (vLLM's K3 reasoning parser: its tags)
+    encoded: dict[str, list[int]] = field(default_factory=dict)
 
     @property
     def text(self) -> str:
@@ -42,12 +46,18 @@ class Case:
 
 
 class KimiVocabulary:
-    """The part of the Kimi K2 tokenizer parsers read: the special tokens' ids, and the
-    text of the token ids this case delivers."""
+    """The part of the Kimi tokenizer parsers read: the special tokens' ids, the text of the
+    token ids this case delivers, and the ids of the texts a parser encodes."""
 
     def __init__(self, case: Case) -> None:
         self._vocab = dict(case.special_tokens)
         self._token_text = dict(case.token_text)
+        self._encoded = {text: list(ids) for text, ids in case.encoded.items()}
+
+    def encode(self, text: str, add_special_tokens: bool = True, **kwargs: Any) -> list[int]:
+        if text not in self._encoded:
+            raise KeyError(f"the script holds no token ids for {text!r}")
+        return list(self._encoded[text])
 
     def get_vocab(self) -> dict[str, int]:
         return dict(self._vocab)

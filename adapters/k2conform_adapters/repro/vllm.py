@@ -1,7 +1,7 @@
-"""vLLM kimi_k2 tool parser
+"""vLLM Kimi tool parser (kimi_k2, or kimi_k3 for a K3 output)
 
-Drives vLLM's composed kimi_k2 parser as the OpenAI server does (ParserManager,
-ChatStreamProcessor).
+Drives vLLM's composed Kimi parser as the OpenAI server does (ParserManager,
+ChatStreamProcessor): kimi_k2, or kimi_k3 for a Kimi K3 output.
 """
 
 from __future__ import annotations
@@ -22,23 +22,30 @@ from k2conform_adapters.repro.shared import (
 
 PACKAGE = "vllm"
 MODEL = "moonshotai/Kimi-K2-Instruct"
-# get_tool_call_id_type() reads hf_config.model_type: "kimi_k2" makes ids functions.NAME:IDX.
-MODEL_CONFIG = types.SimpleNamespace(
-    model=MODEL,
-    hf_config=types.SimpleNamespace(model_type="kimi_k2"),
-    hf_text_config=types.SimpleNamespace(model_type="kimi_k2"),
-    hf_overrides={},
-)
+#: The tool and reasoning parsers (and the model type) per Kimi format.
+PARSERS = {"k2": "kimi_k2", "k3": "kimi_k3"}
+
+
+def model_config(parser: str) -> Any:
+    """get_tool_call_id_type() reads hf_config.model_type: "kimi_k2" makes ids
+    functions.NAME:IDX."""
+    return types.SimpleNamespace(
+        model=MODEL,
+        hf_config=types.SimpleNamespace(model_type=parser),
+        hf_text_config=types.SimpleNamespace(model_type=parser),
+        hf_overrides={},
+    )
 
 
 def run(case: Case) -> dict[str, Any]:
     """vLLM's message for the case, one-shot or streamed."""
     tokenizer = KimiVocabulary(case)
+    parser = PARSERS[case.format]
     # As `vllm serve --tool-call-parser kimi_k2 --reasoning-parser kimi_k2` composes it (the
     # request's `thinking` reaches the parser through chat_template_kwargs).
     cls = ParserManager.get_parser(
-        tool_parser_name="kimi_k2",
-        reasoning_parser_name="kimi_k2",
+        tool_parser_name=parser,
+        reasoning_parser_name=parser,
         enable_auto_tools=True,
         model_name=MODEL,
         is_harmony=False,
@@ -52,21 +59,26 @@ def run(case: Case) -> dict[str, Any]:
         chat_template_kwargs={"thinking": case.thinking},
     )
     # The renderer adjusts the request on a parser of its own, as the server does.
-    request = new_parser(cls, tokenizer, request).adjust_request(request)
-    # The generation prompt's tail: <|im_assistant|>, <|im_middle|>.
-    prompt_ids = [case.special_tokens["<|im_assistant|>"], case.special_tokens["<|im_middle|>"]]
+    config = model_config(parser)
+    request = new_parser(cls, tokenizer, request, config).adjust_request(request)
+    if case.format == "k3":  # the generation prompt opens the think (or response) channel
+        channel = "think" if case.thinking else "response"
+        prompt_ids = tokenizer.encode(f"<|open|>{channel}<|sep|>", add_special_tokens=False)
+    else:  # the generation prompt's tail: <|im_assistant|>, <|im_middle|>
+        prompt_ids = [case.special_tokens[t] for t in ("<|im_assistant|>", "<|im_middle|>")]
+    chosen = new_parser(cls, tokenizer, request, config)
     if case.mode == "whole":
-        return parse_whole(case, cls, new_parser(cls, tokenizer, request), request, prompt_ids)
-    return parse_stream(case, cls, new_parser(cls, tokenizer, request), request, prompt_ids)
+        return parse_whole(case, cls, chosen, request, prompt_ids)
+    return parse_stream(case, cls, chosen, request, prompt_ids)
 
 
-def new_parser(cls: Any, tokenizer: KimiVocabulary, request: Any) -> Any:
+def new_parser(cls: Any, tokenizer: KimiVocabulary, request: Any, config: Any) -> Any:
     """A fresh parser per choice, with the request's tools and template kwargs."""
     return cls(
         tokenizer,
         request.tools,
         chat_template_kwargs=request.chat_template_kwargs,
-        model_config=MODEL_CONFIG,
+        model_config=config,
     )
 
 
