@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from k2conform import formats
 from k2conform.delivery.modes import engine_output
+from k2conform.fuzzing.syntax import DEFAULT as DEFAULT_SYNTAX
 from k2conform.fuzzing.syntax import SYNTAXES, Syntax
 from k2conform.model import Request
 
@@ -125,13 +126,13 @@ def decode(data: bytes, format: str = formats.DEFAULT) -> FuzzInput:
     return FuzzInput(text, flags & ((1 << FLAG_BITS) - 1), cuts, format)
 
 
-def tool_names_in(text: str, syntax: Syntax = SYNTAXES[formats.DEFAULT]) -> list[str]:
+def tool_names_in(text: str, syntax: Syntax = DEFAULT_SYNTAX) -> list[str]:
     """The function names the output's calls carry, in order, without repeats."""
     names = (syntax.read_name(m.group(1)) for m in syntax.tool_name.finditer(text))
     return list(dict.fromkeys(names))[:MAX_DECLARED]
 
 
-def declared_tools(text: str, flags: int, syntax: Syntax = SYNTAXES[formats.DEFAULT]) -> list[dict]:
+def declared_tools(text: str, flags: int, syntax: Syntax = DEFAULT_SYNTAX) -> list[dict]:
     if not flags & DECLARE_TOOLS:
         return []
     names = tool_names_in(text, syntax)

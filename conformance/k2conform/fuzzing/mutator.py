@@ -33,10 +33,8 @@ from typing import Callable
 
 from k2conform import formats
 from k2conform.fuzzing.envelope import FLAG_BITS, SPELLED, FuzzInput, decode, sample_cuts
-from k2conform.fuzzing.syntax import SYNTAXES, Syntax
-
-#: The syntax of an operation called without one: the default format's.
-DEFAULT_SYNTAX = SYNTAXES[formats.DEFAULT]
+from k2conform.fuzzing.syntax import DEFAULT as DEFAULT_SYNTAX
+from k2conform.fuzzing.syntax import Syntax
 
 
 def _occurrences(text: str, syntax: Syntax) -> list[re.Match[str]]:

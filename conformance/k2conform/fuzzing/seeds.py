@@ -75,6 +75,7 @@ def write_service_files(out: Path | str, corpus_root: Path | str | None = None) 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     written = []
+    seeds: dict[str, dict[str, bytes]] = {}  # per format: the corpus is read once
     for name, (target, format) in SERVICE_TARGETS.items():
         stem = out / f"fuzz_{name}"
         options = stem.with_name(stem.name + ".options")
@@ -86,7 +87,9 @@ def write_service_files(out: Path | str, corpus_root: Path | str | None = None) 
         written.append(options)
         if target not in ENVELOPE_TARGETS:
             continue
-        files = seed_files(corpus_root, format)
+        if format not in seeds:
+            seeds[format] = seed_files(corpus_root, format)
+        files = seeds[format]
         archive = stem.with_name(stem.name + "_seed_corpus.zip")
         with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as bundle:
             for file_name in sorted(files):

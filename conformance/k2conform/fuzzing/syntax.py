@@ -225,3 +225,5 @@ K3 = Syntax(
 
 #: One per format of :data:`k2conform.formats.FORMATS` (tests/test_fuzzing.py holds it).
 SYNTAXES: dict[str, Syntax] = {s.format: s for s in (K2, K3)}
+#: The syntax of a text whose format is not named: the default format's.
+DEFAULT = SYNTAXES[formats.DEFAULT]

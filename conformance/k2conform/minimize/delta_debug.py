@@ -28,6 +28,7 @@ from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 from k2conform import formats
 from k2conform.fuzzing.signature import matches
+from k2conform.fuzzing.syntax import DEFAULT as DEFAULT_SYNTAX
 from k2conform.fuzzing.syntax import SYNTAXES, Syntax
 from k2conform.model import Request
 
@@ -48,7 +49,7 @@ class Candidate:
 
 
 def segments(
-    text: str, split_text: bool, split_markers: bool, syntax: Syntax = SYNTAXES[formats.DEFAULT]
+    text: str, split_text: bool, split_markers: bool, syntax: Syntax = DEFAULT_SYNTAX
 ) -> list[tuple[int, int]]:
     """Units to delete: the format's marker units (K3: a tag with its attributes; whole unless
     ``split_markers``), text runs or characters."""
