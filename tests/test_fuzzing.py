@@ -1130,11 +1130,11 @@ def test_k3_seeds_are_the_k3_cases_and_its_dictionary_is_committed(tmp_path, cor
 def test_a_k3_leak_is_a_leaked_marker_by_the_k3_markers():
     """``<|close|>message<|sep|>`` streamed into content (vllm-project/vllm#51412) is a leak of
     K3's markers; judged by K2's it would only be drift."""
-    from k2conform.fuzzing.syntax import K3
+    from k2conform.formats import FORMATS
 
     expected = Result(content="It is sunny.")
     leaked = Result(content="It is sunny.<|close|>message<|sep|>")
-    assert classify(expected, leaked, leaks=K3.leak_markers) == ("leaked-marker",)
+    assert classify(expected, leaked, leaks=FORMATS["k3"].leak_markers) == ("leaked-marker",)
     assert classify(expected, leaked) == ("content-drift",)
 
 

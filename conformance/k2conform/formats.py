@@ -7,6 +7,7 @@ package (markers, reference parser, verdict rule, cases) plus one record here
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -16,11 +17,32 @@ from k2conform.model import Request, Result
 
 
 @dataclass(frozen=True)
+class Markup:
+    """Where a format's tool calls sit in its text: the tools section's opener and closer, and
+    a call's (K3's call opener carries attributes: ``call_begin`` is its fixed start)."""
+
+    section_begin: str
+    section_end: str
+    call_begin: str
+    call_end: str
+
+
+@dataclass(frozen=True)
 class Format:
     name: str
     #: The special tokens as text: where a marker the model wrote from ordinary pieces may start
     #: (a case's ``spelled_markers``).
     special_tokens: tuple[str, ...]
+    #: Marker bytes that never belong in content or reasoning: where they show, markup leaked.
+    leak_markers: tuple[str, ...]
+    markup: Markup
+    #: The id a call's own text gives it (matched whole; groups ``name`` and ``index``), which
+    #: the model reads back in history; None: the format writes no id, a server mints it.
+    call_id: re.Pattern[str] | None
+    #: Whether a request that does not say (``chat_template_kwargs.thinking``) is answered
+    #: thinking: K3's generation prompt then opens ``think`` (vLLM's K3 reasoning parser takes
+    #: thinking as on); K2's template opens no thinking.
+    thinking_default: bool
     #: The stand-in tokenizer's ids for the special tokens it adds for this format (K2's are
     #: its own vocabulary's).
     standin_token_ids: Mapping[str, int]
@@ -93,6 +115,10 @@ FORMATS: dict[str, Format] = {
     markers.FORMAT: Format(
         markers.FORMAT,
         tuple(markers.SPECIAL_TOKEN_IDS),
+        markers.LEAK_MARKERS,
+        Markup(markers.SECTION_BEGIN, markers.SECTION_END, markers.CALL_BEGIN, markers.CALL_END),
+        markers.CALL_ID,
+        False,
         {},
         "reference",
         _k2_parse,
@@ -102,6 +128,10 @@ FORMATS: dict[str, Format] = {
     k3.FORMAT: Format(
         k3.FORMAT,
         k3.MARKERS,
+        k3.MARKERS,
+        Markup(k3.opener("tools"), k3.closer("tools"), k3.OPEN + "call", k3.closer("call")),
+        None,
+        True,
         k3.STANDIN_TOKEN_IDS,
         "reference-k3",
         _k3_parse,

@@ -28,6 +28,9 @@ EOS = "[EOS]"
 THINK_BEGIN = "<think>"
 THINK_END = "</think>"
 
+#: A call's id as the format writes it, ``functions.NAME:IDX`` (match it whole).
+CALL_ID = re.compile(r"functions\.(?P<name>.+):(?P<index>\d+)")
+
 #: The five markers of the tool-call grammar.
 TOOL_MARKERS: tuple[str, ...] = (SECTION_BEGIN, SECTION_END, CALL_BEGIN, ARGUMENT_BEGIN, CALL_END)
 

@@ -89,7 +89,6 @@ TEMPLATE_MARKUP = (
     "<|media_pad|>",
     "<|media_end|>",
 )
-_STANDARD_ID = re.compile(r"functions\.(.+):(\d+)")
 _EMPTY_SECTION = re.compile(
     "(?:{}|{})\\s*(?:{}|{})".format(
         *(
@@ -218,7 +217,7 @@ def _malformed(request: Request, result: Result, policies: set[str]) -> list[str
 
 def standard_id(call_id: str | None) -> tuple[str, int] | None:
     """(NAME, IDX) of an id of the format's form ``functions.NAME:IDX`` (trimmed), else None."""
-    match = _STANDARD_ID.fullmatch((call_id or "").strip())
+    match = markers.CALL_ID.fullmatch((call_id or "").strip())
     return (match.group(1), int(match.group(2))) if match else None
 
 

@@ -24,7 +24,6 @@ from k2conform import formats
 from k2conform.delivery import modes
 from k2conform.case.corpus import CompletionCase, Expectation, load_case
 from k2conform.fuzzing.signature import KINDS, classify, components, signature, slug
-from k2conform.fuzzing.syntax import SYNTAXES
 from k2conform.fuzzing.workers import claims_dir, table_path
 from k2conform.model import Delta, Request, Result, StreamKind, stream_violations
 
@@ -131,7 +130,7 @@ class Differential:
         if self.tokenizer is None:
             self.tokenizer = load_tokenizer()
         self._spans = _SpanCache(self.tokenizer)
-        self.leaks = SYNTAXES[self.format].leak_markers
+        self.leaks = formats.FORMATS[self.format].leak_markers
         oracle = formats.FORMATS[self.format].reference
         self.reference = create_adapter(oracle)
         named = bool(self.adapter_names)

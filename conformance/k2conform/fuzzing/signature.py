@@ -79,7 +79,7 @@ def classify(
 ) -> tuple[str, ...]:
     """The kinds of disagreement of ``observed`` with ``expected`` (empty: they agree);
     ``output``: the model output both came from, when known (:func:`twice`); ``leaks``: the
-    marker texts of its format (:attr:`k2conform.fuzzing.syntax.Syntax.leak_markers`).
+    marker texts of its format (:attr:`k2conform.formats.Format.leak_markers`).
 
     Ids are not compared (SGLang rebuilds them, vLLM may mint them: the matrix judges ids).
     """

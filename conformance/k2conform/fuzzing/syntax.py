@@ -1,9 +1,10 @@
 """What the fuzzers know of a Kimi format's text, one record per format
 (:data:`SYNTAXES`, keyed as :data:`k2conform.formats.FORMATS`): the marker units the mutator
 moves, where a call's index, name and arguments are, the material it splices in, how the
-envelope finds the tools an output names, which markers a spelled delivery may spell, which
-marker bytes are a leak, and the libFuzzer dictionary.  Envelope, mutator, seeds and the
-differential read it; none of them asks which format an input is.
+envelope finds the tools an output names, which markers a spelled delivery may spell, and the
+libFuzzer dictionary.  Envelope, mutator, seeds and the differential read it; none of them asks
+which format an input is.  Which marker bytes are a leak is the format's own fact
+(:attr:`k2conform.formats.Format.leak_markers`).
 """
 
 from __future__ import annotations
@@ -42,8 +43,6 @@ class Syntax:
     read_name: Callable[[str], str]
     #: The markers a spelled delivery may write from ordinary pieces.
     spellable: re.Pattern[str]
-    #: Marker bytes that do not belong in content or reasoning (``leaked-marker``).
-    leak_markers: tuple[str, ...]
     #: libFuzzer's dictionary: name -> text.
     dictionary: Mapping[str, str]
 
@@ -121,7 +120,6 @@ K2 = Syntax(
     ),
     read_name=lambda name: name,
     spellable=re.compile("|".join(re.escape(m) for m in _K2_UNITS)),
-    leak_markers=markers.LEAK_MARKERS,
     dictionary={
         "section_begin": markers.SECTION_BEGIN,
         "section_end": markers.SECTION_END,
@@ -204,7 +202,6 @@ K3 = Syntax(
     tool_name=re.compile(f'{_O}call\\b[^<]*? tool="([^"]{{1,64}})"'),
     read_name=k3.unescape,
     spellable=re.compile(_alternatives(formats.FORMATS[k3.FORMAT].special_tokens)),
-    leak_markers=k3.MARKERS,
     dictionary={
         "open": k3.OPEN,
         "close": k3.CLOSE,
