@@ -15,6 +15,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -453,6 +454,37 @@ def test_the_engine_plugin_passes_the_real_server_and_names_the_check_a_broken_r
     assert (
         "y_probe_single_call:" not in failing.stdout.split("k2conform engine summary")[0]
     )  # the clean probe still passes
+
+
+@pytest.mark.server
+def test_the_engine_plugin_sends_a_k3_server_the_k3_probes(tmp_path):
+    """``--k2-format k3`` against the real server with vLLM's K3 parsers (``--k2-script`` sends
+    each K3 probe's replay as K3 token ids): every check passes, the wire contract and the
+    id round trip included, but the two reviewed vLLM K3 behaviours of
+    ``baseline-servers.json``: a named ``tool_choice`` finishes with ``stop``
+    (y_k3_tool_choice_named), and the long call's arguments are held back to one chunk
+    (vllm-project/vllm#50604, y_k3_long_argument)."""
+    _needs_venv()
+    k3_probes = {p.id for p in load_corpus().probes if p.format == "k3"}
+    k3_server = vllm_server.VllmServer(tmp_path / "run", parser="kimi_k3", name="vllm-server-k3")
+    with k3_server as server:
+        plugin = subprocess.run(
+            [
+                sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist",
+                "-v", "--rootdir", str(tmp_path), "--k2-engine-url", server.url,
+                "--k2-model", vllm_server.MODEL_NAME, "--k2-format", "k3", "--k2-script",
+            ],
+            capture_output=True, text=True, timeout=900, cwd=tmp_path,
+        )  # fmt: skip
+    out = plugin.stdout
+    assert "format=k3 (from --k2-format)" in out, out[-4000:]
+    assert set(re.findall(r"\[(y_probe_\w+)\]", out)) == k3_probes
+    assert re.search(r"^failed checks: finish-reason x2, liveness x1$", out, re.MULTILINE), out[
+        -4000:
+    ]
+    failed = set(re.findall(r"^FAILED \S+\[(y_probe_\w+)\]", out, re.MULTILINE))
+    assert failed == {"y_probe_k3_tool_choice_named", "y_probe_k3_long_argument"}, out[-4000:]
+    assert plugin.returncode == 1
 
 
 @pytest.mark.server

@@ -10,6 +10,7 @@ import pytest
 
 from k2conform.case.corpus import load_corpus
 from k2conform.engine.fake import FakeEngine
+from k2conform.formats import FORMATS
 from k2conform.adapter.harness import execute
 from k2conform.adapter.protocol import request_line
 from k2conform.adapter.serve import answer
@@ -42,7 +43,7 @@ WIRE_FAULTS = {
 def _body(probe_id: str) -> dict:
     probe = next(p for p in PROBES if p.id == probe_id)
     return {
-        "model": "kimi-k2-fake",
+        "model": f"kimi-{probe.format}-fake",
         "messages": list(probe.messages),
         "tools": list(probe.tools),
         "tool_choice": probe.tool_choice,
@@ -52,8 +53,10 @@ def _body(probe_id: str) -> dict:
 
 
 def _violations(faults: list[str], probe_id: str, crowded: bool = False) -> list:
-    engine = FakeEngine(PROBES, faults=faults)
+    """The wire violations of one probe's replies from an engine of its format."""
     body = _body(probe_id)
+    format = next(p.format for p in PROBES if p.id == probe_id)
+    engine = FakeEngine(PROBES, faults=faults, adapter=FORMATS[format].reference)
     text = b"".join(engine.sse_frames(engine.chat_chunks(body, crowded))).decode()
     chunks, framing = parse_sse(text)
     whole = engine.chat_response({**body, "stream": False})
@@ -63,6 +66,10 @@ def _violations(faults: list[str], probe_id: str, crowded: bool = False) -> list
         *check_whole(whole),
         *check_stream_vs_whole(chunks, whole),
     ]
+
+
+def test_every_format_has_probes_for_the_contract():
+    assert {p.format for p in PROBES} == set(FORMATS)
 
 
 @pytest.mark.parametrize("probe_id", [p.id for p in PROBES])

@@ -33,7 +33,8 @@ SOURCES = "sources"
 #: but the loader leaves out, so they add no cells to the matrix (docs/findings-catalogue.md).
 CATALOGUE = ("findings", "catalogue")
 _ID_PATTERN = re.compile(r"^[yni]_[a-z0-9][a-z0-9_.\-]*$")
-#: The Kimi formats a completion case may be written in: K2's markers, K3's channels.
+#: The Kimi formats a completion case (or a probe's replay) may be written in: K2's markers,
+#: K3's channels.
 FORMATS = tuple(formats.FORMATS)
 _COMPLETION_KEYS = {
     "id": True,
@@ -61,6 +62,7 @@ _PROBE_KEYS = {
     "expect": True,
     "follow_up": False,
     "replay": True,
+    "format": False,
 }
 _EXPECT_CALLS = ("required", "none", "any")
 _PROMPT_KEYS = {
@@ -220,6 +222,9 @@ class ProbeCase:
     follow_up: Mapping[str, Any] | None
     replay: tuple[str, ...]
     path: str = ""
+    #: The format of ``replay`` (:data:`FORMATS`): the live-engine plugin sends a probe to a
+    #: server of its format only.
+    format: str = formats.DEFAULT
 
     kind = "probe"
 
@@ -238,6 +243,8 @@ class ProbeCase:
         if self.follow_up is not None:
             data["follow_up"] = dict(self.follow_up)
         data["replay"] = list(self.replay)
+        if self.format != formats.DEFAULT:
+            data["format"] = self.format
         return data
 
 
@@ -385,9 +392,7 @@ def _completion(data: Mapping[str, Any], check: FieldChecker, path: str) -> Comp
         generator = check.object(
             data["generator"], "generator", {"class": True, "seed": True}, strict=False
         )
-    format = data.get("format", formats.DEFAULT)
-    if format not in FORMATS:
-        raise CorpusError(path, "format", f"must be one of {', '.join(FORMATS)}, not {format!r}")
+    format = _format(data, path)
     spelled = _spelled_markers(data.get("spelled_markers", []), model_output, format, check)
     return CompletionCase(
         case_id,
@@ -403,6 +408,13 @@ def _completion(data: Mapping[str, Any], check: FieldChecker, path: str) -> Comp
         format,
         spelled,
     )
+
+
+def _format(data: Mapping[str, Any], path: str) -> str:
+    format = data.get("format", formats.DEFAULT)
+    if format not in FORMATS:
+        raise CorpusError(path, "format", f"must be one of {', '.join(FORMATS)}, not {format!r}")
+    return format
 
 
 def _spelled_markers(
@@ -484,6 +496,7 @@ def _probe(data: Mapping[str, Any], check: FieldChecker, path: str) -> ProbeCase
         follow_up,
         replay,
         path,
+        _format(data, path),
     )
 
 

@@ -1,15 +1,16 @@
-"""Checks of a live Kimi K2 engine, collected by the k2conform pytest plugin (``--k2-engine-url``).
+"""Checks of a live Kimi engine, collected by the k2conform pytest plugin (``--k2-engine-url``).
 
 Every failure message starts with ``[k2 check NAME]``, NAME one of ``CHECKS``, then the
 probe and what was seen.  Requests go through the official ``openai`` client at
-temperature 0 with a fixed seed.
+temperature 0 with a fixed seed.  The probes are those of the engine's format
+(``plugin.engine_format``), and the format's record says which marker bytes leak and what
+id a call carries (``formats.Format``).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import threading
 import urllib.error
 import urllib.request
@@ -18,11 +19,12 @@ from typing import Any, Mapping
 
 import pytest
 
+from k2conform import markers
 from k2conform.judge.compare import json_equal, strict_json
 from k2conform.case.corpus import ProbeCase, load_corpus
-from k2conform.markers import LEAK_MARKERS
 from k2conform.model import StreamEvent, StreamKind, StreamViolation, ToolCallDelta
-from k2conform.engine.plugin import SUMMARY_KEY, EngineSummary
+from k2conform.engine.plugin import SUMMARY_KEY, EngineSummary, engine_format
+from k2conform.formats import FORMATS
 from k2conform.judge.stream import assemble
 from k2conform.model import WireKind
 from k2conform.judge.wire import (
@@ -41,9 +43,15 @@ CHECKS = {
     "arguments-json": "arguments parse as JSON",
     "arguments-schema": "arguments validate against the tool's JSON schema",
     "finish-reason": "finish_reason is tool_calls when calls are returned",
-    "content-markers": "content carries no marker bytes",
-    "id-format": "ids are the model's functions.NAME:IDX (what Kimi K2 reads back in history)",
-    "id-round-trip": "ids are unique and the next turn, carrying them, is accepted and rendered",
+    "content-markers": "content carries no marker bytes of the format",
+    "id-format": (
+        "ids are the model's own, K2's functions.NAME:IDX (what Kimi K2 reads back in history); "
+        "K3 output carries no id, so a K3 server's are not checked"
+    ),
+    "id-round-trip": (
+        "ids are unique and the next turn, carrying them, is accepted (and, where the format's "
+        "model reads ids back, rendered)"
+    ),
     "sse-invariants": (
         "id and name once per index, contiguous indexes, no markers in content deltas"
     ),
@@ -65,7 +73,8 @@ CHECKS = {
 #: 64 characters is 16 tokens of 4, so an argument chunk of 1,024 characters or more
 #: (``HELD_BACK``), over twice what the call sent before, was held back.
 LIVE_CHUNK_CHARS = 64
-_KIMI_ID = re.compile(r"^functions\.(?P<name>.+):(?P<index>\d+)$")
+#: The format of the golden prompt streams (the K2 chat template's).
+PROMPT_FORMAT = markers.FORMAT
 _CORPUS = load_corpus(os.environ.get("K2CONFORM_PLUGIN_CORPUS") or None)
 
 
@@ -76,10 +85,19 @@ def _config_corpus(config: pytest.Config) -> Any:
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     corpus = _config_corpus(metafunc.config)
+    format, _ = engine_format(metafunc.config)
     if "prompt_case" in metafunc.fixturenames:
-        metafunc.parametrize("prompt_case", corpus.prompts, ids=[c.id for c in corpus.prompts])
+        if format == PROMPT_FORMAT:
+            prompts = [pytest.param(c, id=c.id) for c in corpus.prompts]
+        else:
+            skip = pytest.mark.skip(
+                reason=f"no golden {format} prompt streams: its renderer ships with the model "
+                "(docs/k3.md)"
+            )
+            prompts = [pytest.param(None, id=f"no-{format}-prompts", marks=skip)]
+        metafunc.parametrize("prompt_case", prompts)
     if "probe" in metafunc.fixturenames:
-        probes = corpus.probes
+        probes = [p for p in corpus.probes if p.format == format]
         if metafunc.function.__name__ == "test_probe_follow_up":
             probes = [p for p in probes if p.follow_up is not None]
         metafunc.parametrize("probe", probes, ids=[p.id for p in probes])
@@ -99,6 +117,7 @@ def engine(pytestconfig: pytest.Config) -> dict[str, Any]:
         "timeout": pytestconfig.getoption("k2_timeout"),
         "script": pytestconfig.getoption("k2_script"),
         "concurrency": pytestconfig.getoption("k2_concurrency"),
+        "format": engine_format(pytestconfig)[0],
     }
 
 
@@ -346,7 +365,7 @@ def _check_calls(
     """The per-call checks shared by the whole and streamed answers."""
     tools = {t["function"]["name"]: t["function"] for t in probe.tools}
     content = reply["content"] or ""
-    leaked = [m for m in LEAK_MARKERS if m in content]
+    leaked = [m for m in FORMATS[probe.format].leak_markers if m in content]
     check(
         "content-markers", not leaked, f"content carries marker bytes {leaked}: {content[:160]!r}"
     )
@@ -400,9 +419,12 @@ def _schema_error(value: Any, schema: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _check_ids(check: Checker, reply: dict[str, Any]) -> None:
+def _check_ids(check: Checker, reply: dict[str, Any], format: str) -> None:
+    pattern = FORMATS[format].call_id
+    if pattern is None:
+        return  # the format writes no id: a server mints its own
     for n, call in enumerate(reply["calls"]):
-        match = _KIMI_ID.match(call["id"] or "")
+        match = pattern.fullmatch(call["id"] or "")
         check(
             "id-format",
             match is not None and match["name"] == call["name"],
@@ -486,7 +508,7 @@ def test_probe_whole(engine, client, probe, replies, summary):
     check = Checker(probe.id, summary)
     _check_trigger(check, probe.expect, reply["calls"], summary)
     _check_calls(check, probe, reply, summary)
-    _check_ids(check, reply)
+    _check_ids(check, reply, probe.format)
     check.done()
 
 
@@ -527,12 +549,13 @@ def test_probe_stream(engine, client, probe, replies, summary):
         f"finish_reason {whole['finish_reason']!r} non-streaming, {reply['finish_reason']!r} "
         "streaming",
     )
-    check(
-        "stream-vs-whole",
-        [c["id"] for c in whole["calls"]] == [c["id"] for c in reply["calls"]],
-        f"ids {[c['id'] for c in whole['calls']]} non-streaming, "
-        f"{[c['id'] for c in reply['calls']]} streaming",
-    )
+    if FORMATS[probe.format].call_id is not None:  # ids a server mints (K3's) differ per request
+        check(
+            "stream-vs-whole",
+            [c["id"] for c in whole["calls"]] == [c["id"] for c in reply["calls"]],
+            f"ids {[c['id'] for c in whole['calls']]} non-streaming, "
+            f"{[c['id'] for c in reply['calls']]} streaming",
+        )
     check.done()
 
 
@@ -607,7 +630,8 @@ def test_probe_follow_up(engine, client, probe, replies, summary):
         )
         check.done()
         return
-    rendered = _render(engine, messages, probe.tools)
+    # only a format whose model reads ids back (K2's) renders them into the next prompt
+    rendered = _render(engine, messages, probe.tools) if FORMATS[probe.format].call_id else None
     if rendered is not None:
         missing = [i for i in ids if i not in rendered]
         check(

@@ -14,15 +14,15 @@ def add_parser(subparsers: Any) -> None:
         "serve-fake-engine", help="serve the probe replays as an OpenAI-compatible engine (CI)"
     )
     p.description = (
-        "A Kimi K2 engine without a GPU: generates each probe's replay, parses it with an adapter "
-        "and "
+        "A Kimi engine without a GPU: generates each probe's replay, parses it with an adapter "
+        "(of K2 by default; --adapter reference-k3 or vllm-k3: a K3 engine, its K3 probes) and "
         "serves /v1/chat/completions (JSON and SSE), /v1/models, /tokenize and /detokenize on "
         "loopback. "
         "Faults: " + "; ".join(f"{k}: {v}" for k, v in FAULTS.items())
     )
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--model", default="kimi-k2-fake")
+    p.add_argument("--model", help="the served model name (default: kimi-FORMAT-fake)")
     p.add_argument(
         "--adapter", default="reference", help="the adapter whose parser serves the replies"
     )
@@ -44,7 +44,8 @@ def cmd_serve_fake_engine(args: argparse.Namespace) -> int:
     engine = FakeEngine(faults=args.fault, adapter=args.adapter, model=args.model, api_key=key)
     server = Server(engine, args.host, args.port)
     print(
-        f"serving {args.model} on {server.url} (faults: {', '.join(args.fault) or 'none'})",
+        f"serving {engine.model} ({engine.format}) on {server.url} "
+        f"(faults: {', '.join(args.fault) or 'none'})",
         flush=True,
     )
     try:

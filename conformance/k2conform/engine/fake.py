@@ -1,15 +1,18 @@
-"""A Kimi K2 "engine" for CI: a real HTTP server on loopback that generates the corpus's
+"""A Kimi "engine" for CI: a real HTTP server on loopback that generates the corpus's
 probe replays and parses them with an adapter, so the engine plugin can be proven without
-a GPU (``k2conform serve-fake-engine``).  vLLM's own OpenAIServingChat with a replaying
-engine client was not attempted: it needs a ModelConfig, a model directory and a renderer.
+a GPU (``k2conform serve-fake-engine``).  It speaks the adapter's format: the probes it
+replays are that format's (``reference-k3`` or ``vllm-k3``: a Kimi K3 engine).  vLLM's own
+OpenAIServingChat with a replaying engine client was not attempted: it needs a ModelConfig,
+a model directory and a renderer.
 
 It speaks the parts of the OpenAI API the plugin uses, the way vLLM frames them:
 ``POST /v1/chat/completions`` (JSON, or SSE ``data:`` lines ending with ``data: [DONE]``
 when ``stream`` is true), ``GET /v1/models``, and vLLM's ``POST /tokenize`` (messages and
 tools rendered by the reference renderer, tokenised by the stand-in Kimi tokenizer) and
-``POST /detokenize``.  The model output of a request is the probe's ``replay`` for the
-turn the conversation is at; it is parsed by the adapter (``reference`` by default) in
-``whole`` or ``stream-token`` delivery, exactly as the conformance matrix does.
+``POST /detokenize`` (a K3 engine renders no chat: K3's renderer ships with the model, so
+``/tokenize`` with messages is a 404).  The model output of a request is the probe's
+``replay`` for the turn the conversation is at; it is parsed by the adapter (``reference``
+by default) in ``whole`` or ``stream-token`` delivery, exactly as the conformance matrix does.
 
 Deliberately broken behaviours, switchable per server (``FAULTS``), prove that the plugin
 catches each one.
@@ -25,6 +28,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from k2conform.delivery import modes
 from k2conform import markers
+from k2conform.formats import FORMATS
 from k2conform.case.corpus import ProbeCase, load_corpus
 from k2conform.adapter.harness import execute
 from k2conform.errors import UsageError
@@ -71,7 +75,7 @@ class FakeEngine:
         probes: Sequence[ProbeCase] | None = None,
         faults: Iterable[str] = (),
         adapter: str = "reference",
-        model: str = "kimi-k2-fake",
+        model: str | None = None,
         api_key: str | None = None,
     ) -> None:
         from k2conform.adapter.registry import create_adapter, load
@@ -80,15 +84,18 @@ class FakeEngine:
         unknown = set(faults) - set(FAULTS)
         if unknown:
             raise ValueError(f"unknown fault(s) {sorted(unknown)} (known: {', '.join(FAULTS)})")
-        self.probes = list(probes if probes is not None else load_corpus().probes)
         self.faults = frozenset(faults)
-        self.model = model
         self.api_key = api_key
         self.tokenizer = load_tokenizer()
         self.adapter = create_adapter(adapter)
         availability = load(self.adapter)
         if availability.status != "ok":
             raise RuntimeError(f"adapter {adapter}: {availability.status} {availability.reason}")
+        self.format = self.adapter.formats[0]
+        self.markup = FORMATS[self.format].markup
+        self.model = model or f"kimi-{self.format}-fake"
+        every = probes if probes is not None else load_corpus().probes
+        self.probes = [p for p in every if p.format == self.format]
         self.lock = threading.Lock()  # adapters are not meant to be shared between threads
         self.requests = 0
         self.in_flight = 0  # streams being sent now (the concurrency fault's trigger)
@@ -111,30 +118,23 @@ class FakeEngine:
 
     def _chosen(self, text: str) -> str:
         """The model output after the model's own choices (``one-call-of-two``)."""
-        if "one-call-of-two" not in self.faults or text.count(markers.CALL_BEGIN) < 2:
+        markup = self.markup
+        if "one-call-of-two" not in self.faults or text.count(markup.call_begin) < 2:
             return text
-        second = text.find(markers.CALL_BEGIN, text.find(markers.CALL_END) + 1)
-        return text[:second] + text[text.find(markers.SECTION_END) :]
+        second = text.find(markup.call_begin, text.find(markup.call_end) + 1)
+        return text[:second] + text[text.find(markup.section_end) :]
 
     def complete(self, body: Mapping[str, Any]) -> tuple[Result, str]:
         """The parsed result of one request (whole), and the raw model output."""
         text = self._chosen(self.model_output(body.get("messages") or []))
-        request = _request(body)
-        if request.tool_choice == "none" or not request.tools:
-            return Result(content=text), text
+        request = _request(body, self.format)
         delivery = modes.deliveries(text, "whole", self.tokenizer)[0]
         with self.lock:
             return execute(self.adapter, request, delivery), text
 
     def stream(self, body: Mapping[str, Any]) -> tuple[list[StreamEvent], str]:
         text = self._chosen(self.model_output(body.get("messages") or []))
-        request = _request(body)
-        if request.tool_choice == "none" or not request.tools:
-            return [
-                StreamEvent(content=d.text)
-                for d in modes.deliveries(text, "stream-token", self.tokenizer)[0].deltas
-                if d.text
-            ], text
+        request = _request(body, self.format)
         deltas = modes.deliveries(text, "stream-token", self.tokenizer)[0].deltas
         with self.lock:
             try:
@@ -144,13 +144,15 @@ class FakeEngine:
 
     # --- the OpenAI shapes, with faults ------------------------------------------------------
 
-    def _fault_calls(self, calls: Sequence[ToolCall]) -> list[ToolCall]:
+    def _fault_calls(self, calls: Sequence[ToolCall], body: Mapping[str, Any]) -> list[ToolCall]:
         out = []
         for n, call in enumerate(calls):
             arguments = (
                 call.arguments[:-1] if "arguments-not-json" in self.faults else call.arguments
             )
-            call_id = f"call_{n}" if "renamed-id" in self.faults else call.id
+            call_id = (
+                f"call_{n}" if "renamed-id" in self.faults else _id(call.id, call.name, n, body)
+            )
             out.append(ToolCall(call.name, arguments, call_id))
         return out
 
@@ -161,10 +163,10 @@ class FakeEngine:
         result, text = self.complete(body)
         if result.outcome != "ok":
             raise EngineError(500, f"parser failed: {result.error}")
-        calls = self._fault_calls(result.tool_calls)
+        calls = self._fault_calls(result.tool_calls, body)
         content = result.content
         if "markers-in-content" in self.faults and calls:
-            content = (content or "") + text[text.find(markers.SECTION_BEGIN) :]
+            content = (content or "") + text[text.find(self.markup.section_begin) :]
         message: dict[str, Any] = {
             "role": "assistant",
             "content": content,
@@ -228,7 +230,7 @@ class FakeEngine:
         yield chunk({"role": "assistant", "content": ""})
         seen: dict[int, int] = {}
         if "markers-in-content" in self.faults and any(e.tool_calls for e in events):
-            yield chunk({"content": text[text.find(markers.SECTION_BEGIN) :]})
+            yield chunk({"content": text[text.find(self.markup.section_begin) :]})
         pending_cut: dict[int, bool] = {}
         for event in events:
             delta: dict[str, Any] = {}
@@ -240,8 +242,11 @@ class FakeEngine:
                 calls = []
                 for d in event.tool_calls:
                     entry: dict[str, Any] = {"index": d.index}
-                    if d.id is not None:
-                        entry["id"] = f"call_{d.index}" if "renamed-id" in self.faults else d.id
+                    call_id = d.id
+                    if call_id is None and d.name is not None and d.index not in seen:
+                        call_id = _id(None, d.name, d.index, body)  # a K3 call's first chunk
+                    if call_id is not None:
+                        entry["id"] = f"call_{d.index}" if "renamed-id" in self.faults else call_id
                         entry["type"] = "function"
                     function: dict[str, Any] = {}
                     if d.name is not None:
@@ -292,6 +297,8 @@ class FakeEngine:
         from k2conform.reference.render import DEFAULT_SYSTEM_PROMPT, render
 
         if "messages" in body:
+            if self.format != markers.FORMAT:
+                raise EngineError(404, f"this engine renders no {self.format} chat")
             text = render(
                 body["messages"],
                 body.get("tools") or [],
@@ -341,16 +348,33 @@ def _arguments_held_back(events: Sequence[StreamEvent]) -> list[StreamEvent]:
     return changed
 
 
+def _id(parsed: str | None, name: str, index: int, body: Mapping[str, Any]) -> str:
+    """A call's id: the parser's (a K2 call's is the model's own), else minted as Moonshot's
+    API mints a K3 call's, ``NAME_<global index>`` (sgl-project/sglang#39897), counting the
+    calls of the conversation's history first."""
+    if parsed is not None:
+        return parsed
+    history = sum(
+        len(m.get("tool_calls") or ())
+        for m in body.get("messages") or ()
+        if m.get("role") == "assistant"
+    )
+    return f"{name}_{history + index}"
+
+
 def _same(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     return a.get("role") == b.get("role") and (a.get("content") or "") == (b.get("content") or "")
 
 
-def _request(body: Mapping[str, Any]) -> Request:
+def _request(body: Mapping[str, Any], format: str) -> Request:
     tools = tuple(body.get("tools") or ())
+    thinking = (body.get("chat_template_kwargs") or {}).get(
+        "thinking", FORMATS[format].thinking_default
+    )
     return Request(
         tools=tools,
         tool_choice=body.get("tool_choice") or ("auto" if tools else "none"),
-        thinking=bool((body.get("chat_template_kwargs") or {}).get("thinking", False)),
+        thinking=bool(thinking),
     )
 
 

@@ -2,26 +2,30 @@
 ``--k2-engine-url`` is given.
 
     pytest --k2-engine-url http://127.0.0.1:8000/v1 --k2-model moonshotai/Kimi-K2-Instruct \\
-           [--k2-api-key-env MY_KEY_VAR] [--k2-min-schema-accuracy 0.95]
+           [--k2-format k2|k3] [--k2-api-key-env MY_KEY_VAR] [--k2-min-schema-accuracy 0.95]
            [--k2-min-trigger-agreement 0.95]
 
 With the option, the session collects ``k2conform.engine.checks`` (prompt conformance
-through the server's ``/tokenize``, the probe conversations of ``corpus/probes`` whole and
-streamed, and a K2-Vendor-Verifier-style summary gated by the thresholds); without
-explicit test paths, only those.  The API key is read from the environment variable named
-by ``--k2-api-key-env`` and handed to the ``openai`` client; it is never printed, and the
-summary file holds no part of it.
+through the server's ``/tokenize``, the probe conversations of ``corpus/probes`` of the
+engine's format whole and streamed, and a K2-Vendor-Verifier-style summary gated by the
+thresholds); without explicit test paths, only those.  The API key is read from the
+environment variable named by ``--k2-api-key-env`` and handed to the ``openai`` client; it is
+never printed, and the summary file holds no part of it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from k2conform import formats
+from k2conform.k3 import markers as k3
 
 SUMMARY_KEY = pytest.StashKey["EngineSummary"]()
 
@@ -87,13 +91,31 @@ class EngineSummary:
         }
 
 
+def engine_format(config: pytest.Config) -> tuple[str, str]:
+    """The format the engine's model writes, and how the plugin knows: ``--k2-format``, else
+    the served model's name (one that names K3, as ``moonshotai/Kimi-K3``, is a K3 model),
+    else Kimi K2."""
+    chosen = config.getoption("k2_format")
+    if chosen:
+        return chosen, "--k2-format"
+    if re.search(r"k3(?![0-9])", config.getoption("k2_model") or "", re.IGNORECASE):
+        return k3.FORMAT, "the model name"
+    return formats.DEFAULT, "the default"
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("k2conform", "Kimi K2 tool-calling conformance of a live engine")
+    group = parser.getgroup("k2conform", "Kimi tool-calling conformance of a live engine")
     group.addoption(
         "--k2-engine-url",
         help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1 (enables the plugin)",
     )
     group.addoption("--k2-model", help="the served model name")
+    group.addoption(
+        "--k2-format",
+        choices=list(formats.FORMATS),
+        help="the Kimi format the model writes, which picks the probes (default: k3 when the "
+        "model name names K3, as moonshotai/Kimi-K3, else k2)",
+    )
     group.addoption(
         "--k2-api-key-env",
         metavar="VAR",
@@ -182,7 +204,11 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         return []
     var = config.getoption("k2_api_key_env")
     key = f"from ${var}" if var else "none"
-    return [f"k2conform engine: {url} model={config.getoption('k2_model')} api key: {key}"]
+    format, how = engine_format(config)
+    return [
+        f"k2conform engine: {url} model={config.getoption('k2_model')} format={format} "
+        f"(from {how}) api key: {key}"
+    ]
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:

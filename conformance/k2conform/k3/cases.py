@@ -6,7 +6,10 @@ parser's result (the oracle, :mod:`k2conform.k3.parser`).  ``y_`` outputs follow
 ``n_`` ones break it where one outcome is right (nothing lost, no markup leaked); ``i_`` ones
 are open points, recorded and not judged.
 
-    python -m k2conform.k3.cases [--check]   # rewrite corpus/k3 (or exit 1 if it differs)
+The live-engine plugin's K3 probes (``corpus/probes/k3``) are the K2 probes' conversations
+with K3 replays (:func:`probes`).
+
+    python -m k2conform.k3.cases [--check]   # rewrite both (or exit 1 if either differs)
 """
 
 from __future__ import annotations
@@ -18,14 +21,22 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from k2conform.case.corpus import CompletionCase, Expectation, default_corpus_dir
+from k2conform.case.corpus import (
+    CompletionCase,
+    Expectation,
+    ProbeCase,
+    default_corpus_dir,
+    load_corpus,
+)
+from k2conform.judge.compare import json_equal
 from k2conform.k3.markers import CLOSE, END_OF_MSG, FORMAT, OPEN, SEP, closer, opener
 from k2conform.k3.parser import parse
 from k2conform.k3.verdict import verdict
-from k2conform.model import Request
+from k2conform.model import Request, dumps_canonical
 
 BASE_SEED = 20261205
 FOLDER = "k3"
+PROBE_FOLDER = "probes/k3"
 
 FORMAT_SOURCE = (
     "the K3 format as the pinned engines read it (vllm/tool_parsers/kimi_k3_tool_parser.py, "
@@ -609,19 +620,108 @@ def generate(seed: int = BASE_SEED) -> list[CompletionCase]:
     return cases
 
 
+#: A JSON value's K3 argument type (``bool`` before ``int``: a bool is an int in Python).
+_TYPES: tuple[tuple[type | tuple[type, ...], str], ...] = (
+    (str, "string"),
+    (bool, "boolean"),
+    ((int, float), "number"),
+    (type(None), "null"),
+    (dict, "object"),
+    (list, "array"),
+)
+
+
+def _k3_argument(key: str, value: Any) -> str:
+    kind = next(name for types, name in _TYPES if isinstance(value, types))
+    text = value if kind == "string" else json.dumps(value, ensure_ascii=False)
+    return argument(key, text, kind)
+
+
+#: A probe replay's thinking: a plugin's request does not turn thinking off, so a K3 engine's
+#: generation prompt opens ``think`` (``formats.Format.thinking_default``).
+PROBE_THOUGHT = "The user's request is clear; I answer it."
+
+
+def _k3_replay(k2_output: str, request: Request, first_index: int) -> tuple[str, int]:
+    """A K2 replay's content and calls written as K3 output that thinks first (the generation
+    prompt opened ``think``), then answers in a ``response`` channel, empty before calls (the
+    channel "always precedes the tools channel": vLLM's K3 structural tag,
+    vllm/tool_parsers/structural_tag_registry.py, which constrains a required or named
+    ``tool_choice`` so), its calls numbered from ``first_index``; and the next index.  The K3
+    reference must read back what the K2 reference read."""
+    from k2conform.reference.parser import parse as parse_k2
+
+    k2 = parse_k2(k2_output, request)
+    calls = [
+        call(
+            c.name,
+            first_index + n,
+            *(_k3_argument(k, v) for k, v in json.loads(c.arguments).items()),
+        )
+        for n, c in enumerate(k2.tool_calls)
+    ]
+    response = RESPONSE + (k2.content or "") + RESPONSE_END
+    output = PROBE_THOUGHT + THINK_END + response + (tools(*calls) if calls else "") + MESSAGE_END
+    k3 = parse(output, Request(request.tools, request.tool_choice, thinking=True))
+    same = (k3.content or None) == (k2.content or None) and [c.name for c in k3.tool_calls] == [
+        c.name for c in k2.tool_calls
+    ]
+    if not same or not all(
+        json_equal(json.loads(a.arguments), json.loads(b.arguments))
+        for a, b in zip(k3.tool_calls, k2.tool_calls)
+    ):
+        raise AssertionError(f"the K3 replay of {k2_output!r} reads back as {k3}")
+    return output, first_index + len(calls)
+
+
+def probes(k2_probes: list[ProbeCase]) -> list[ProbeCase]:
+    """The K2 probes' conversations (tools, choice, messages, expectations, follow-up) with
+    each turn's replay written in K3, its call indices counted across the conversation from 1,
+    as the K3 cases count them (sgl-project/sglang#39897): a K3 server is asked what a K2
+    server is."""
+    out = []
+    for probe in k2_probes:
+        request = Request(tuple(probe.tools), probe.tool_choice)
+        replay, index = [], 1
+        for turn in probe.replay:
+            text, index = _k3_replay(turn, request, index)
+            replay.append(text)
+        out.append(
+            ProbeCase(
+                probe.id.replace("y_probe_", "y_probe_k3_", 1),
+                f"{probe.description} (Kimi K3)",
+                probe.tags,
+                f"{probe.source}; {probe.id}'s conversation, its replay written in the K3 format "
+                f"({FORMAT_SOURCE})",
+                probe.tools,
+                probe.tool_choice,
+                probe.messages,
+                probe.expect,
+                probe.follow_up,
+                tuple(replay),
+                format=FORMAT,
+            )
+        )
+    return out
+
+
 def write(root: Path, cases: list[CompletionCase]) -> dict[Path, str]:
-    """The files of ``root/k3`` as they should be (path -> text)."""
-    return {
-        root / FOLDER / f"{case.id}.json": json.dumps(case.to_json(), ensure_ascii=False, indent=2)
-        + "\n"
-        for case in cases
-    }
+    """The files of ``root/k3`` and ``root/probes/k3`` as they should be (path -> text)."""
+    files = {root / FOLDER / f"{case.id}.json": dumps_canonical(case.to_json()) for case in cases}
+    k2_probes = [p for p in load_corpus(root).probes if p.format != FORMAT]
+    for probe in probes(k2_probes):
+        files[root / PROBE_FOLDER / f"{probe.id}.json"] = dumps_canonical(probe.to_json())
+    return files
 
 
 def main(argv: list[str]) -> int:
     root = default_corpus_dir()
     files = write(root, generate())
-    on_disk = {p: p.read_text(encoding="utf-8") for p in (root / FOLDER).glob("*.json")}
+    on_disk = {
+        p: p.read_text(encoding="utf-8")
+        for folder in (FOLDER, PROBE_FOLDER)
+        for p in (root / folder).glob("*.json")
+    }
     if argv == ["--check"]:
         stale = sorted(str(p) for p in set(files) | set(on_disk) if files.get(p) != on_disk.get(p))
         for path in stale:
@@ -629,10 +729,10 @@ def main(argv: list[str]) -> int:
         return 1 if stale else 0
     for path in set(on_disk) - set(files):
         path.unlink()
-    (root / FOLDER).mkdir(exist_ok=True)
     for path, text in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
-    print(f"{len(files)} K3 cases in {root / FOLDER}")
+    print(f"{len(files)} K3 cases and probes in {root / FOLDER} and {root / PROBE_FOLDER}")
     return 0
 
 
