@@ -58,9 +58,9 @@ def test_clean_server_passes_every_check(pytester, probes, tmp_path):
     assert result.ret == 0, out
     outcomes = result.parseoutcomes()
     assert outcomes["passed"] >= 2 * len(probes) + 1
-    assert "k2conform engine summary" in out and "schema accuracy: 10/10" in out
+    assert "k2conform engine summary" in out and "schema accuracy: 11/11" in out
     summary = json.loads(summary_path.read_text())
-    assert summary["finish_reasons"] == {"stop": 1, "tool_calls": 8}
+    assert summary["finish_reasons"] == {"stop": 1, "tool_calls": 9}
     assert summary["schema_accuracy"] == 1.0 and summary["trigger_agreement"] == 1.0
     assert outcomes.get("skipped", 0) <= 4  # golden streams without a generation prompt only
 
@@ -324,7 +324,7 @@ def test_a_k3_engine_named_by_its_model_is_sent_the_k3_probes_and_passes(
     result.assert_outcomes(passed=3 * len(k3_probes) + follow_ups + 1, skipped=1)
     assert "no golden k3 prompt streams" in out
     summary = json.loads(summary_path.read_text())
-    assert summary["finish_reasons"] == {"stop": 1, "tool_calls": 8}
+    assert summary["finish_reasons"] == {"stop": 1, "tool_calls": 9}
     assert summary["schema_accuracy"] == 1.0 and summary["trigger_f1"] == 1.0
 
 
@@ -382,6 +382,24 @@ def test_each_fault_of_a_k3_engine_fails_its_check(pytester, k3_probes, fault, c
     out = result.stdout.str()
     assert result.ret == 1, out[-3000:]
     assert f"[k2 check {check}] y_probe_k3_single_call:" in out and needle in out, out[-3000:]
+
+
+def test_ids_a_second_turn_reuses_fail_the_round_trip(pytester, k3_probes):
+    """A K3 engine whose ids restart each turn (``renamed-id``: ``call_0`` in every reply):
+    the second turn's call reuses the first's id, so a client cannot tell their results apart;
+    K3 has no id format to check, so only ``id-round-trip`` says it, on the two-turn probe."""
+    with Server(FakeEngine(k3_probes, faults=["renamed-id"], adapter="reference-k3")) as url:
+        result = pytester.runpytest_subprocess(
+            "-p", "no:cacheprovider", "--k2-engine-url", url, "--k2-model", "kimi-k3-fake",
+            "-k", "follow_up", timeout=180,
+        )  # fmt: skip
+    out = result.stdout.str()
+    assert result.ret == 1, out[-3000:]
+    assert (
+        "[k2 check id-round-trip] y_probe_k3_calls_in_two_turns: the next turn's calls reuse "
+        "ids ['call_0']" in out
+    ), out[-3000:]
+    assert re.search(r"^failed checks: id-round-trip x1$", out, re.MULTILINE), out[-3000:]
 
 
 def test_the_plugin_finds_vllms_held_back_k3_arguments(pytester):

@@ -17,7 +17,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, Collection, Iterable
+from typing import Any, Callable, ClassVar, Collection, Iterable
 
 from k2conform.adapter.contract import AdapterGlueError, AdapterUnavailable
 from k2conform.model import Request, StreamEvent, ToolCall, ToolCallDelta
@@ -88,8 +88,13 @@ class RandomIds:
     (``meta.masked_random_ids``), so results stay reproducible.  One instance per parse."""
 
     pattern: re.Pattern[str]
+    #: The id reported in its place: the id's fixed part with :data:`MASK` for the random one.
     replacement: str
     masked: int = 0
+
+    #: What stands for the random part of a masked id (a server of the fake engine makes it
+    #: unique again, as the server's own random ids are).
+    MASK: ClassVar[str] = "<random>"
 
     @classmethod
     def chatcmpl(cls, alphabet: str = "0-9a-f") -> "RandomIds":

@@ -49,8 +49,8 @@ CHECKS = {
         "K3 output carries no id, so a K3 server's are not checked"
     ),
     "id-round-trip": (
-        "ids are unique and the next turn, carrying them, is accepted (and, where the format's "
-        "model reads ids back, rendered)"
+        "ids are unique across the conversation and the next turn, carrying them, is accepted "
+        "(and, where the format's model reads ids back, rendered)"
     ),
     "sse-invariants": (
         "id and name once per index, contiguous indexes, no markers in content deltas"
@@ -639,6 +639,13 @@ def test_probe_follow_up(engine, client, probe, replies, summary):
             not missing,
             f"ids {missing} do not reach the rendered prompt of the next turn",
         )
+    reused = [c["id"] for c in second["calls"] if c["id"] in ids]
+    check(
+        "id-round-trip",
+        not reused,
+        f"the next turn's calls reuse ids {reused} of the turn before: a client cannot tell "
+        "their results apart",
+    )
     _check_trigger(check, probe.follow_up["expect"], second["calls"], summary)
     _check_calls(check, probe, second, None)
     check.done()

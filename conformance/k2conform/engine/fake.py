@@ -20,6 +20,7 @@ catches each one.
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 import time
@@ -30,6 +31,7 @@ from k2conform.delivery import modes
 from k2conform import markers
 from k2conform.formats import FORMATS
 from k2conform.case.corpus import ProbeCase, load_corpus
+from k2conform.adapter.glue import RandomIds
 from k2conform.adapter.harness import execute
 from k2conform.errors import UsageError
 from k2conform.model import Request, Result, StreamEvent, ToolCall
@@ -98,6 +100,7 @@ class FakeEngine:
         self.probes = [p for p in every if p.format == self.format]
         self.lock = threading.Lock()  # adapters are not meant to be shared between threads
         self.requests = 0
+        self._minted = itertools.count(1)  # the random parts of the ids it makes unique
         self.in_flight = 0  # streams being sent now (the concurrency fault's trigger)
         self.flight = threading.Lock()
 
@@ -150,10 +153,7 @@ class FakeEngine:
             arguments = (
                 call.arguments[:-1] if "arguments-not-json" in self.faults else call.arguments
             )
-            call_id = (
-                f"call_{n}" if "renamed-id" in self.faults else _id(call.id, call.name, n, body)
-            )
-            out.append(ToolCall(call.name, arguments, call_id))
+            out.append(ToolCall(call.name, arguments, self._call_id(call.id, call.name, n, body)))
         return out
 
     def _finish(self, has_calls: bool) -> str:
@@ -242,11 +242,9 @@ class FakeEngine:
                 calls = []
                 for d in event.tool_calls:
                     entry: dict[str, Any] = {"index": d.index}
-                    call_id = d.id
-                    if call_id is None and d.name is not None and d.index not in seen:
-                        call_id = _id(None, d.name, d.index, body)  # a K3 call's first chunk
-                    if call_id is not None:
-                        entry["id"] = f"call_{d.index}" if "renamed-id" in self.faults else call_id
+                    if d.id is not None or (d.name is not None and d.index not in seen):
+                        # a K3 call's first chunk carries no id: the engine mints it
+                        entry["id"] = self._call_id(d.id, d.name or "", d.index, body)
                         entry["type"] = "function"
                     function: dict[str, Any] = {}
                     if d.name is not None:
@@ -318,6 +316,23 @@ class FakeEngine:
     def detokenize(self, body: Mapping[str, Any]) -> dict[str, Any]:
         return {"prompt": self.tokenizer.decode(list(body.get("tokens") or []))}
 
+    def _call_id(self, parsed: str | None, name: str, index: int, body: Mapping[str, Any]) -> str:
+        """A call's id as this engine sends it: ``call_<index>`` under ``renamed-id``; else the
+        parser's (a K2 call's is the model's own), its masked random part
+        (``RandomIds.MASK``) made unique, as the server's random ids are; else minted as
+        Moonshot's API mints a K3 call's, ``NAME_<global index>`` (sgl-project/sglang#39897),
+        counting the calls of the conversation's history first."""
+        if "renamed-id" in self.faults:
+            return f"call_{index}"
+        if parsed is not None:
+            return parsed.replace(RandomIds.MASK, f"{next(self._minted):016x}")
+        history = sum(
+            len(m.get("tool_calls") or ())
+            for m in body.get("messages") or ()
+            if m.get("role") == "assistant"
+        )
+        return f"{name}_{history + index}"
+
     def _next(self) -> int:
         with self.lock:
             self.requests += 1
@@ -346,20 +361,6 @@ def _arguments_held_back(events: Sequence[StreamEvent]) -> list[StreamEvent]:
                 calls.append(d)
         changed.append(event._replace(tool_calls=tuple(calls)))
     return changed
-
-
-def _id(parsed: str | None, name: str, index: int, body: Mapping[str, Any]) -> str:
-    """A call's id: the parser's (a K2 call's is the model's own), else minted as Moonshot's
-    API mints a K3 call's, ``NAME_<global index>`` (sgl-project/sglang#39897), counting the
-    calls of the conversation's history first."""
-    if parsed is not None:
-        return parsed
-    history = sum(
-        len(m.get("tool_calls") or ())
-        for m in body.get("messages") or ()
-        if m.get("role") == "assistant"
-    )
-    return f"{name}_{history + index}"
 
 
 def _same(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
