@@ -65,6 +65,16 @@ def test_clean_server_passes_every_check(pytester, probes, tmp_path):
     assert outcomes.get("skipped", 0) <= 4  # golden streams without a generation prompt only
 
 
+def _k3_session(pytester, engine, tests):
+    """The plugin's ``tests`` (a ``-k`` expression) against ``engine`` on loopback, taken for a
+    K3 engine by its model's name."""
+    with Server(engine) as url:
+        return pytester.runpytest_subprocess(
+            "-p", "no:cacheprovider", "--k2-engine-url", url, "--k2-model", "kimi-k3-fake",
+            "-k", tests, timeout=180,
+        )  # fmt: skip
+
+
 @pytest.mark.parametrize(
     ("fault", "check", "needle"),
     [
@@ -374,11 +384,9 @@ def test_the_format_is_read_from_the_model_name(model, format):
 )
 def test_each_fault_of_a_k3_engine_fails_its_check(pytester, k3_probes, fault, check, needle):
     """The checks read the K3 format's record: K3's marker bytes in content are a leak."""
-    with Server(FakeEngine(k3_probes, faults=[fault], adapter="reference-k3")) as url:
-        result = pytester.runpytest_subprocess(
-            "-p", "no:cacheprovider", "--k2-engine-url", url, "--k2-model", "kimi-k3-fake",
-            "-k", "whole", timeout=180,
-        )  # fmt: skip
+    result = _k3_session(
+        pytester, FakeEngine(k3_probes, faults=[fault], adapter="reference-k3"), "whole"
+    )
     out = result.stdout.str()
     assert result.ret == 1, out[-3000:]
     assert f"[k2 check {check}] y_probe_k3_single_call:" in out and needle in out, out[-3000:]
@@ -388,13 +396,8 @@ def test_ids_a_second_turn_reuses_fail_the_round_trip(pytester, k3_probes):
     """A K3 engine whose ids restart each turn (``renamed-id``: ``call_0`` in every reply):
     the second turn's call reuses the first's id, so a client cannot tell their results apart;
     K3 has no id format to check, so only ``id-round-trip`` says it, on the two-turn probe."""
-    with Server(FakeEngine(k3_probes, faults=["renamed-id"], adapter="reference-k3")) as url:
-        result = pytester.runpytest_subprocess(
-            "-p", "no:cacheprovider", "--k2-engine-url", url, "--k2-model", "kimi-k3-fake",
-            "-k", "follow_up", timeout=180,
-        )  # fmt: skip
-    out = result.stdout.str()
-    assert result.ret == 1, out[-3000:]
+    engine = FakeEngine(k3_probes, faults=["renamed-id"], adapter="reference-k3")
+    out = _k3_session(pytester, engine, "follow_up").stdout.str()
     assert (
         "[k2 check id-round-trip] y_probe_k3_calls_in_two_turns: the next turn's calls reuse "
         "ids ['call_0']" in out
