@@ -117,7 +117,6 @@ def engine(pytestconfig: pytest.Config) -> dict[str, Any]:
         "timeout": pytestconfig.getoption("k2_timeout"),
         "script": pytestconfig.getoption("k2_script"),
         "concurrency": pytestconfig.getoption("k2_concurrency"),
-        "format": engine_format(pytestconfig)[0],
     }
 
 
