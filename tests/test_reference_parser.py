@@ -282,3 +282,19 @@ def test_a_continued_message_is_not_part_of_the_reply_even_with_force_nonempty_c
         result, events = stream(" and more", deltas, request)
         assert observable(result) == observable(whole)
         assert observable(assemble(events).result) == observable(whole)
+
+
+def test_the_parsers_patterns_hold_no_possessive_repeat():
+    """pyproject promises Python 3.11 and later: possessive repeats (``*+``) raise on 3.10 and
+    mis-match on CPython 3.11.2 (Debian 12's python3), where the argument run let ``<|``
+    through its lookahead and kept ``<|tool_call_end|>`` in the arguments."""
+    import re
+
+    from k2conform.k3 import parser as k3_parser
+    from k2conform.reference import parser as k2_parser
+
+    possessive = re.compile(r"(?<!\\)[*+?}]\+")
+    for module in (k2_parser, k3_parser):
+        for name, value in vars(module).items():
+            if isinstance(value, re.Pattern):
+                assert not possessive.search(value.pattern), (module.__name__, name)
