@@ -64,6 +64,12 @@ _EXTRA_GLUE = tuple(
         "sglang_kt_parser",
     )
 )
+#: The in-process engines' Kimi K2 glue: the server lane's adapters (vllm_server.py's) import
+#: none of it (tests/test_lanes.py holds them to that).
+_IN_PROCESS_K2 = tuple(
+    f":(exclude)adapters/k2conform_adapters/{name}.py"
+    for name in ("vllm_parser", "vllm_legacy_parser", "sglang_parser")
+)
 #: What only a Kimi K2 lane leaves out: the K3 cases plan no cell of a K2 adapter
 #: (``Adapter.formats``), the request-level cases none of an in-process one
 #: (tests/test_request_fate.py).
@@ -88,6 +94,8 @@ INPUTS = {
         "adapters/k2conform_adapters",
         *_K3_IN_PROCESS,
         *_SGLANG_SERVING,
+        *_IN_PROCESS_K2,
+        *_EXTRA_GLUE,
         "baseline-servers.json",
         "requirements",
     ],

@@ -4,11 +4,13 @@ one of their inputs changed since their last full pass."""
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -114,31 +116,68 @@ def test_a_stamped_lane_runs_in_full_exactly_when_an_input_changed(tmp_path, lan
     assert usage.returncode == 2 and usage.stderr.count("\n") == 1
 
 
-def test_each_stamped_lane_takes_its_own_glue_and_baselines_and_no_other_lanes():
-    """A lane whose digest missed its own glue would keep its guard over a changed parser; one
-    that took another lane's would run in full for nothing."""
+def _ci_lanes():
     spec = importlib.util.spec_from_file_location("ci_lanes", ROOT / ".ci" / "lanes.py")
     ci_lanes = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(ci_lanes)
+    return ci_lanes
 
-    def inputs(lane: str) -> set[str]:
-        listed = subprocess.run(
-            ["git", "ls-files", "--", *ci_lanes.INPUTS[lane]],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-        return set(listed.split())
 
+def _inputs(lane: str) -> set[str]:
+    listed = subprocess.run(
+        ["git", "ls-files", "--", *_ci_lanes().INPUTS[lane]],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return set(listed.split())
+
+
+def test_each_stamped_lane_takes_its_own_glue_and_baselines_and_no_other_lanes():
+    """A lane whose digest missed its own glue would keep its guard over a changed parser; one
+    that took another lane's would run in full for nothing."""
     glue = "adapters/k2conform_adapters/"
-    extra, servers, releases = inputs("extra"), inputs("servers"), inputs("releases")
-    assert f"{glue}sglang_kt_parser.py" in extra - releases
-    assert f"{glue}sglang_parser.py" in extra & releases  # sglang-kt reuses SGLang's glue
+    extra, servers, releases = _inputs("extra"), _inputs("servers"), _inputs("releases")
+    assert f"{glue}sglang_kt_parser.py" in extra - releases - servers
+    assert f"{glue}sglang_parser.py" in extra & releases - servers  # sglang-kt reuses it
+    assert f"{glue}vllm_parser.py" in extra & releases - servers
     assert f"{glue}vllm_server.py" in servers - extra - releases
     assert "baseline-extra.json" in extra - servers - releases
     assert "baseline-servers.json" in servers - extra - releases
     assert "corpus/golden/completions/y_spec_final_answer.json" in extra & servers & releases
+
+
+def test_the_server_lanes_glue_imports_only_its_own_inputs():
+    """The server lane's digest leaves the in-process glue out because its adapters (the
+    ``vllm-server`` entry points) import none of it: one that began to, however indirectly,
+    would change its cells unseen."""
+    servers = _inputs("servers")
+    entry_points = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"][
+        "k2conform.adapters"
+    ]
+    todo = [v.split(":")[0] for k, v in entry_points.items() if k.startswith("vllm-server")]
+    seen: set[str] = set()
+    while todo:
+        name = todo.pop()
+        base = ROOT / "adapters" / name.replace(".", "/")
+        path = base / "__init__.py" if base.is_dir() else base.with_suffix(".py")
+        relative = str(path.relative_to(ROOT))
+        if relative in seen:
+            continue
+        seen.add(relative)
+        assert relative in servers, f"the server lane loads {relative}, not one of its inputs"
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                # a module the server runs by name (``python -m``, a plugin's class path)
+                todo.extend(re.findall(r"^(k2conform_adapters(?:\.\w+)+)(?::\w+)?$", node.value))
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                todo.extend(m for m in [node.module] if m.startswith("k2conform_adapters"))
+            elif isinstance(node, ast.Import):
+                todo.extend(a.name for a in node.names if a.name.startswith("k2conform_adapters"))
+    assert {"vllm_server.py", "vllm_model.py", "vllm_forcing.py"} <= {
+        p.rsplit("/")[-1] for p in seen
+    }
 
 
 def test_loadgroup_sends_a_file_to_one_worker_whole():
@@ -171,4 +210,3 @@ def test_only_files_without_a_shared_fixture_are_spread_across_workers():
     assert spread, "test_more_parsers spreads its subprocess tests"
     for path in spread:
         assert not re.search(r'scope="(module|session)"', path.read_text()), path.name
-
