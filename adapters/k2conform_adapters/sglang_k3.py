@@ -27,9 +27,15 @@ from k2conform.adapter.contract import (
 )
 from k2conform.adapter.glue import build_chat_request, load_once
 from k2conform.k3 import markers as k3
-from k2conform.model import Delta, Request, Result, StreamEvent, ToolCall, ToolCallDelta
+from k2conform.model import Delta, Request, Result, ToolCall
 
 from k2conform_adapters.reproducible import Reproducible
+from k2conform_adapters.sglang_parser import (
+    GLUE,
+    history_tool_calls,
+    serving_step,
+    tool_parsing_active,
+)
 
 PARSER = "kimi_k3"
 
@@ -57,6 +63,9 @@ class SglangK3Adapter(Reproducible, Adapter):
     def load(self) -> None:
         sglang = import_parser_package("sglang")
         self._version = sglang.__version__
+        #: serving_chat's steps around the parsers: the K2 adapter's table's, whose newest
+        #: release is the first with kimi_k3
+        self._glue = GLUE.get(self._version, GLUE[self.supported_versions[-1]])
         with glue_imports("sglang"):
             from sglang.srt.entrypoints.openai import protocol
             from sglang.srt.function_call.function_call_parser import FunctionCallParser
@@ -97,13 +106,8 @@ class SglangK3Adapter(Reproducible, Adapter):
             stream_reasoning=chat_request.stream_reasoning if stream else False,
             force_reasoning=thinking,
             request=chat_request,
-            tool_call_parser_active=self._tools_active(chat_request),
+            tool_call_parser_active=tool_parsing_active(chat_request),
         )
-
-    @staticmethod
-    def _tools_active(chat_request: Any) -> bool:
-        """``_tool_call_parsing_active``: tools declared and tool_choice is not "none"."""
-        return bool(chat_request.tools) and chat_request.tool_choice != "none"
 
     def _tool_parser(self, chat_request: Any) -> Any:
         parser = call_parser(
@@ -119,15 +123,6 @@ class SglangK3Adapter(Reproducible, Adapter):
             )
         return parser
 
-    @staticmethod
-    def _history(chat_request: Any) -> int:
-        """``_get_history_tool_calls_cnt``: the calls of the conversation's assistant turns."""
-        return sum(
-            len(list(getattr(m, "tool_calls", None) or ()))
-            for m in chat_request.messages
-            if m.role == "assistant"
-        )
-
     def parse_whole(self, request: Request, output: Delta) -> Result:
         chat_request = self._chat_request(request)
         text, reasoning = output.text, None
@@ -135,13 +130,15 @@ class SglangK3Adapter(Reproducible, Adapter):
         if parser is not None:
             reasoning, text = call_parser(parser.parse_non_stream, text)
         calls: tuple[ToolCall, ...] = ()
-        if self._tools_active(chat_request):
+        if tool_parsing_active(chat_request):
             tools = self._tool_parser(chat_request)
             if call_parser(tools.has_tool_call, text):
                 text, items = call_parser(tools.parse_non_stream, text)
-                history = self._history(chat_request)
+                history = history_tool_calls(chat_request)
                 calls = tuple(
-                    ToolCall(item.name, item.parameters, f"{item.name}:{history + item.tool_index}")
+                    ToolCall(
+                        item.name, item.parameters, call_id(item.name, item.tool_index, history)
+                    )
                     for item in items
                 )
         return Result(
@@ -154,44 +151,16 @@ class SglangK3Adapter(Reproducible, Adapter):
     def open_stream(self, request: Request) -> StreamStep:
         chat_request = self._chat_request(request)
         reasoning_parser = self._reasoning_parser(chat_request, stream=True)
-        tools = self._tool_parser(chat_request) if self._tools_active(chat_request) else None
-        history = self._history(chat_request)
+        tools = self._tool_parser(chat_request) if tool_parsing_active(chat_request) else None
+        history = history_tool_calls(chat_request)
+        return serving_step(
+            reasoning_parser,
+            tools,
+            self._glue,
+            lambda name, index: call_id(name, index, history),
+        )
 
-        def step(delta: Delta, finished: bool) -> list[StreamEvent]:
-            events: list[StreamEvent] = []
-            text = delta.text
-            if reasoning_parser is not None:
-                reasoning, text = call_parser(reasoning_parser.parse_stream_chunk, text)
-                if finished:
-                    more_reasoning, more_text = call_parser(reasoning_parser.parse_stream_end)
-                    reasoning = (reasoning or "") + (more_reasoning or "")
-                    text = (text or "") + (more_text or "")
-                if reasoning:
-                    events.append(StreamEvent(reasoning=reasoning))
-            if tools is None:
-                if text:
-                    events.append(StreamEvent(content=text))
-                return events
-            normal, items = call_parser(tools.parse_stream_chunk, text)
-            if finished:
-                end_text, end_items = call_parser(tools.parse_stream_end)
-                normal = (normal or "") + (end_text or "")
-                items = list(items) + list(end_items)
-            if normal:
-                events.append(StreamEvent(content=normal))
-            events.extend(
-                StreamEvent(
-                    tool_calls=(
-                        ToolCallDelta(
-                            index=item.tool_index,
-                            id=f"{item.name}:{history + item.tool_index}" if item.name else None,
-                            name=item.name or None,
-                            arguments=item.parameters,
-                        ),
-                    )
-                )
-                for item in items
-            )
-            return events
 
-        return step
+def call_id(name: str, tool_index: int, history: int) -> str:
+    """``_process_tool_call_id`` for kimi_k3: ``NAME:<calls in the history + tool_index>``."""
+    return f"{name}:{history + tool_index}"

@@ -51,6 +51,7 @@ import sys
 import types
 import uuid
 from dataclasses import dataclass, replace
+from collections.abc import Callable
 from typing import Any
 
 from k2conform.adapter.contract import (
@@ -248,20 +249,6 @@ class SglangAdapter(Reproducible, Adapter):
         )
 
     @staticmethod
-    def _history_tool_calls(chat_request: Any) -> int:
-        """``_get_history_tool_calls_cnt``: the calls of the conversation's assistant turns."""
-        return sum(
-            len(list(getattr(m, "tool_calls", None) or ()))
-            for m in chat_request.messages
-            if m.role == "assistant"
-        )
-
-    @staticmethod
-    def _tool_parsing_active(chat_request: Any) -> bool:
-        """``_tool_call_parsing_active``: tools declared and tool_choice is not "none"."""
-        return bool(chat_request.tools) and chat_request.tool_choice != "none"
-
-    @staticmethod
     def _is_required(chat_request: Any) -> bool:
         return chat_request.tool_choice == "required" or not isinstance(
             chat_request.tool_choice, str
@@ -276,7 +263,7 @@ class SglangAdapter(Reproducible, Adapter):
         glue = self._glue
         extra = {"request": chat_request} if glue.reasoning_from_request else {}
         if glue.stream_end:
-            extra["tool_call_parser_active"] = self._tool_parsing_active(chat_request)
+            extra["tool_call_parser_active"] = tool_parsing_active(chat_request)
         return call_parser(
             self._rp_cls,
             model_type=PARSER,
@@ -330,7 +317,7 @@ class SglangAdapter(Reproducible, Adapter):
         sanitised as its xgrammar backend does; None when decoding is not constrained."""
         self.load()
         chat_request = self._chat_request(request)
-        if not self._tool_parsing_active(chat_request):
+        if not tool_parsing_active(chat_request):
             return None
         parser = call_parser(self._fcp_cls, chat_request.tools, PARSER)
         constraint = call_parser(
@@ -364,13 +351,13 @@ class SglangAdapter(Reproducible, Adapter):
             parser = self._reasoning_parser(chat_request, stream=False)
             reasoning, text = call_parser(parser.parse_non_stream, text)
         calls: tuple[ToolCall, ...] = ()
-        if self._tool_parsing_active(chat_request):
+        if tool_parsing_active(chat_request):
             parser = self._tool_parser(chat_request)
             if call_parser(parser.has_tool_call, text):
                 # The server catches an exception here and keeps the raw text; we report
                 # it as the parser's crash instead, which is the finding.
                 text, items = call_parser(parser.parse_non_stream, text)
-                history = self._history_tool_calls(chat_request)
+                history = history_tool_calls(chat_request)
                 calls = tuple(
                     ToolCall(
                         name=item.name,
@@ -390,7 +377,7 @@ class SglangAdapter(Reproducible, Adapter):
         """Chunks in the server's order; the finishing delta is the one with ``finish_reason``."""
         self.load()
         chat_request = self._chat_request(request)
-        tools_active = self._tool_parsing_active(chat_request)
+        tools_active = tool_parsing_active(chat_request)
         reasoning_parser = (
             self._reasoning_parser(chat_request, stream=True)
             if self._separates_reasoning(request, chat_request)
@@ -398,55 +385,84 @@ class SglangAdapter(Reproducible, Adapter):
         )
         ids = _uuid_ids()
         tool_parser = self._tool_parser(chat_request) if tools_active else None
-        history = self._history_tool_calls(chat_request)
-        glue = self._glue
+        history = history_tool_calls(chat_request)
+        return serving_step(
+            reasoning_parser,
+            tool_parser,
+            self._glue,
+            lambda name, index: self._tool_call_id(name, index, ids, history),
+        )
 
-        def step(delta: Delta, finished: bool) -> list[StreamEvent]:
-            events: list[StreamEvent] = []
-            text = delta.text
-            if reasoning_parser is not None:
-                reasoning, text = call_parser(reasoning_parser.parse_stream_chunk, text)
-                if finished and glue.reasoning_stream_end:
-                    end_reasoning, end_text = call_parser(reasoning_parser.parse_stream_end)
-                    if end_reasoning:
-                        reasoning = (reasoning or "") + end_reasoning
-                    if end_text:
-                        text = (text or "") + end_text
-                if reasoning:
-                    events.append(StreamEvent(reasoning=reasoning))
-            if tool_parser is None:
-                if text:
-                    events.append(StreamEvent(content=text))
-                return events
-            normal, items = call_parser(tool_parser.parse_stream_chunk, text)
-            if finished and glue.stream_end:
-                end_text, end_items = call_parser(tool_parser.parse_stream_end)
-                normal = (normal or "") + end_text
-                items = list(items) + list(end_items)
-            if normal:
-                events.append(StreamEvent(content=normal))
-            for item in items:
-                events.append(
-                    StreamEvent(
-                        tool_calls=(
-                            ToolCallDelta(
-                                index=item.tool_index,
-                                id=self._tool_call_id(item.name, item.tool_index, ids, history)
-                                if item.name
-                                else None,
-                                name=item.name or None,
-                                arguments=item.parameters,
-                            ),
-                        )
+
+def serving_step(
+    reasoning_parser: Any | None,
+    tool_parser: Any | None,
+    glue: ServingGlue,
+    call_id: Callable[[str, int], str | None],
+) -> StreamStep:
+    """``serving_chat``'s stream over its two parsers, chunk by chunk: the reasoning parser's
+    reasoning, then the tool parser's text and calls (``call_id(name, tool_index)`` for a
+    call's first delta), both ended on the finishing delta where the release ends them
+    (``glue``), then the last call's unstreamed arguments (``_check_for_unstreamed_tool_args``)."""
+
+    def step(delta: Delta, finished: bool) -> list[StreamEvent]:
+        events: list[StreamEvent] = []
+        text = delta.text
+        if reasoning_parser is not None:
+            reasoning, text = call_parser(reasoning_parser.parse_stream_chunk, text)
+            if finished and glue.reasoning_stream_end:
+                end_reasoning, end_text = call_parser(reasoning_parser.parse_stream_end)
+                if end_reasoning:
+                    reasoning = (reasoning or "") + end_reasoning
+                if end_text:
+                    text = (text or "") + end_text
+            if reasoning:
+                events.append(StreamEvent(reasoning=reasoning))
+        if tool_parser is None:
+            if text:
+                events.append(StreamEvent(content=text))
+            return events
+        normal, items = call_parser(tool_parser.parse_stream_chunk, text)
+        if finished and glue.stream_end:
+            end_text, end_items = call_parser(tool_parser.parse_stream_end)
+            normal = (normal or "") + (end_text or "")
+            items = list(items) + list(end_items)
+        if normal:
+            events.append(StreamEvent(content=normal))
+        for item in items:
+            events.append(
+                StreamEvent(
+                    tool_calls=(
+                        ToolCallDelta(
+                            index=item.tool_index,
+                            id=call_id(item.name, item.tool_index) if item.name else None,
+                            name=item.name or None,
+                            arguments=item.parameters,
+                        ),
                     )
                 )
-            if finished:
-                rest = _unstreamed_arguments(tool_parser, prefix=glue.prefix_unstreamed)
-                if rest is not None:
-                    events.append(StreamEvent(tool_calls=(rest,)))
-            return events
+            )
+        if finished:
+            rest = _unstreamed_arguments(tool_parser, prefix=glue.prefix_unstreamed)
+            if rest is not None:
+                events.append(StreamEvent(tool_calls=(rest,)))
+        return events
 
-        return step
+    return step
+
+
+def history_tool_calls(chat_request: Any) -> int:
+    """``_get_history_tool_calls_cnt``: the calls of the conversation's assistant turns."""
+    return sum(
+        len(list(getattr(m, "tool_calls", None) or ()))
+        for m in chat_request.messages
+        if m.role == "assistant"
+    )
+
+
+def tool_parsing_active(chat_request: Any) -> bool:
+    """``_tool_call_parsing_active``: tools declared and tool_choice is not "none"."""
+    return bool(chat_request.tools) and chat_request.tool_choice != "none"
 
 
 def _tokenizer_argument(parser_cls: Any) -> dict[str, Any]:

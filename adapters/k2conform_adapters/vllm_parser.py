@@ -21,26 +21,25 @@ What the server does (``vllm/entrypoints/openai/chat_completion/serving.py``):
   (it runs ``finalize_generation`` and flushes the engine parsers'
   ``finish_streaming``).  There is no separate end call in 0.33.0.
 
-The adapter calls exactly those objects.  In 0.21.0-0.32.0 (``INLINE_SERVING``) those two
-steps were still inline in ``serving.py``: one-shot, ``parse`` then the message rule of
-``chat_completion_full_generator`` (re-stated in ``inline_message_fields``; the ids are that
-release's ``make_tool_call_id()``); streaming, ``parse_delta(..., finished=...)`` per engine
-output, empty outputs before the first token skipped, no ``tool_choice`` filter after it;
-``get_parser`` takes the tokenizer and the parser ``set_prompt_token_ids`` from 0.32.0 on.
-In 0.23.0-0.24.0 (``SERVER_MINTED_IDS``) the server, not the parser, applies the Kimi id
-type; 0.23.0 (``SPLIT_ADJUST``) adjusts the request with the two parsers separately.
-0.20.0 and 0.21.0 (``SEPARATE_PARSERS``; like 0.23.0, split adjust and server-minted ids) have no
-``parse``: their ``serving.py`` builds the one-shot message from ``extract_reasoning`` and
+The adapter calls exactly those objects; :data:`RELEASES` says what each release's server
+does.  In 0.20.0-0.32.0 (``inline``) those two steps were still inline in ``serving.py``:
+one-shot, ``parse`` then the message rule of ``chat_completion_full_generator`` (re-stated in
+``inline_message_fields``; the ids are that release's ``make_tool_call_id()``); streaming,
+``parse_delta(..., finished=...)`` per engine output, empty outputs before the first token
+skipped, no ``tool_choice`` filter after it; ``get_parser`` takes the tokenizer and the parser
+``set_prompt_token_ids`` from 0.32.0 on. In 0.20.0-0.24.0 (``server_ids``) the server, not the
+parser, applies the Kimi id type; 0.20.0-0.23.0 (``split_adjust``) adjust the request with the
+two parsers separately. 0.20.0 and 0.21.0 (``separate_parsers``) have no ``parse``: their
+``serving.py`` builds the one-shot message from ``extract_reasoning`` and
 ``_parse_tool_calls_from_content`` and streams through ``parse_delta`` without ``finished=``.
 Before 0.24.0 (which gives the tool parser the ``kimi`` structural tag) ``KimiK2ToolParser``
 keeps ``supports_required_and_named = True``: ``adjust_request`` constrains a named or
 ``required`` tool_choice to JSON from the tools' schema, and that JSON is parsed as JSON (by
 ``serving.py`` in 0.20.0, by ``DelegatingParser``'s JSON path in 0.21.0-0.23.0), so an output
 in Kimi's format cannot occur and such cases are ``unavailable`` there, as in vllm-legacy's
-releases.
-0.28.0's ``get_parser`` returns the ``KimiK2Parser`` engine itself when both parsers are
-kimi_k2 (``ParserManager._get_parser_engine_cls``): the server builds, adjusts with and parses
-through that class as it does through a composition.
+releases. 0.28.0's ``get_parser`` returns the ``KimiK2Parser`` engine itself when both parsers
+are kimi_k2 (``ParserManager._get_parser_engine_cls``): the server builds, adjusts with and
+parses through that class as it does through a composition.
 
 The server is the one ``vllm-server`` runs: started with ``--tool-call-parser kimi_k2
 --reasoning-parser kimi_k2``, so every request's parser is the composition with the reasoning
@@ -63,6 +62,7 @@ import importlib
 import json
 import os
 import types
+from dataclasses import dataclass, replace
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -96,44 +96,67 @@ PROMPT_TOKEN_IDS = [
     markers.SPECIAL_TOKEN_IDS[markers.IM_ASSISTANT],
     markers.SPECIAL_TOKEN_IDS[markers.IM_MIDDLE],
 ]
-#: The releases whose ``serving.py`` drives the composed parser itself (see above).
-INLINE_SERVING = (
-    "0.20.0",
-    "0.21.0",
-    "0.23.0",
-    "0.24.0",
-    "0.25.0",
-    "0.25.1",
-    "0.26.0",
-    "0.27.0",
-    "0.27.1",
-    "0.28.0",
-    "0.29.0",
-    "0.30.0",
-    "0.31.0",
-    "0.32.0",
-)
-#: The releases whose ``serving.py``, not the parser, knows the tool-call id type
-#: (``get_tool_call_id_type``): it builds the parsers without ``model_config`` and mints
-#: ``functions.NAME:IDX`` itself for a one-shot call that has no id.
-SERVER_MINTED_IDS = ("0.20.0", "0.21.0", "0.23.0", "0.24.0")
-#: Of those, the releases whose server also tells each stream's ``_stream_state`` the id type
-#: and the history's call count (0.20.0's ``StreamState`` has neither field).
-STREAM_STATE_IDS = ("0.21.0", "0.23.0", "0.24.0")
-#: The releases whose renderer (``entrypoints/serve/render/serving.py``) adjusts the request
-#: with the reasoning parser's and then the tool parser's own ``adjust_request``, not the
-#: composed parser's; their ``get_parser`` takes no ``is_harmony`` and their one-shot
-#: ``parse`` gets no token ids.
-SPLIT_ADJUST = ("0.20.0", "0.21.0", "0.23.0")
-#: The releases whose ``serving.py`` builds the one-shot message from the reasoning parser's
-#: ``extract_reasoning`` and ``OpenAIServing._parse_tool_calls_from_content`` (the tool parser
-#: class, not ``parse``), and streams through ``parse_delta`` without ``finished=``: on the
-#: last output it sends what the tool parser's ``prev_tool_call_arr`` holds beyond
-#: ``streamed_args_for_tool`` (``_create_remaining_args_delta``).
-SEPARATE_PARSERS = ("0.20.0", "0.21.0")
-#: The releases whose server hands the tokenizer to ``get_parser`` and the prompt's token ids
-#: to ``set_prompt_token_ids``.
-PROMPT_IDS_RELEASES = ("0.32.0", "0.33.0")
+
+
+@dataclass(frozen=True)
+class ServingRelease:
+    """What one release's server does around the composed parser (docs/releases.md)."""
+
+    #: ``serving.py`` drives the parser itself (``parse`` then ``inline_message_fields``'s
+    #: rule; ``parse_delta(..., finished=...)`` per output), not ``message_assembly`` and
+    #: ``ChatStreamProcessor`` (0.33.0)
+    inline: bool = True
+    #: the server hands the tokenizer to ``get_parser`` and the prompt's token ids to
+    #: ``set_prompt_token_ids``
+    prompt_ids: bool = False
+    #: where ``make_tool_call_id`` lives (``vllm.renderers.chat_utils`` from 0.32.0 on)
+    chat_utils: str = "vllm.entrypoints.chat_utils"
+    #: the renderer (``entrypoints/serve/render/serving.py``) adjusts the request with the
+    #: reasoning parser's and then the tool parser's own ``adjust_request``, not the composed
+    #: parser's; ``get_parser`` takes no ``is_harmony``; one-shot ``parse`` gets no token ids
+    split_adjust: bool = False
+    #: ``serving.py``, not the parser, knows the tool-call id type
+    #: (``get_tool_call_id_type``): it builds the parsers without ``model_config`` and mints
+    #: ``functions.NAME:IDX`` itself for a one-shot call that has no id
+    server_ids: bool = False
+    #: the server also tells each stream's ``_stream_state`` the id type and the history's
+    #: call count (0.20.0's ``StreamState`` has neither field)
+    stream_state_ids: bool = False
+    #: no composed ``parse``: the one-shot message comes from the reasoning parser's
+    #: ``extract_reasoning`` and ``OpenAIServing._parse_tool_calls_from_content`` (the tool
+    #: parser class), streams go through ``parse_delta`` without ``finished=``, and the last
+    #: output sends what ``prev_tool_call_arr`` holds beyond ``streamed_args_for_tool``
+    #: (``_create_remaining_args_delta``)
+    separate_parsers: bool = False
+
+
+#: Each generation of the server's steps around the parser, oldest first.
+SEPARATE_PARSERS = ServingRelease(split_adjust=True, server_ids=True, separate_parsers=True)
+STREAM_STATE_IDS = replace(SEPARATE_PARSERS, stream_state_ids=True)
+COMPOSED_PARSE = replace(STREAM_STATE_IDS, separate_parsers=False)
+COMPOSED_ADJUST = replace(COMPOSED_PARSE, split_adjust=False)
+PARSER_IDS = replace(COMPOSED_ADJUST, server_ids=False, stream_state_ids=False)
+PROMPT_IDS = replace(PARSER_IDS, prompt_ids=True, chat_utils="vllm.renderers.chat_utils")
+STREAM_PROCESSOR = replace(PROMPT_IDS, inline=False)
+
+#: The releases the glue was checked against (each run on the whole corpus), and theirs.
+RELEASES = {
+    "0.20.0": SEPARATE_PARSERS,
+    "0.21.0": STREAM_STATE_IDS,
+    "0.23.0": COMPOSED_PARSE,
+    "0.24.0": COMPOSED_ADJUST,
+    "0.25.0": PARSER_IDS,
+    "0.25.1": PARSER_IDS,
+    "0.26.0": PARSER_IDS,
+    "0.27.0": PARSER_IDS,
+    "0.27.1": PARSER_IDS,
+    "0.28.0": PARSER_IDS,
+    "0.29.0": PARSER_IDS,
+    "0.30.0": PARSER_IDS,
+    "0.31.0": PARSER_IDS,
+    "0.32.0": PROMPT_IDS,
+    "0.33.0": STREAM_PROCESSOR,
+}
 
 
 #: Where a release keeps ``get_cached_tokenizer``, the wrapper vLLM's server puts around every
@@ -181,7 +204,7 @@ class VllmAdapter(Reproducible, Adapter):
     repro_driver = "vllm"
     name = "vllm"
     package = "vllm"
-    supported_versions = (*INLINE_SERVING, "0.33.0")
+    supported_versions = tuple(RELEASES)  # each ran the whole corpus with no adapter-error cell
     description = "vLLM OpenAI server: --tool-call-parser kimi_k2 [--reasoning-parser kimi_k2]"
     coverage_files = ("vllm/parser/kimi_k2.py", "vllm/tool_parsers/kimi_k2_tool_parser.py")
     #: vllm/v1/engine/detokenizer.py holds back ``stop_buffer_length`` characters of text.
@@ -212,10 +235,12 @@ class VllmAdapter(Reproducible, Adapter):
     def load(self) -> None:
         vllm = import_parser_package("vllm")
         self._version = vllm.__version__
-        self._inline = self._version in INLINE_SERVING
-        self._split = self._version in SPLIT_ADJUST
-        self._prompt_ids = (
-            self._version not in INLINE_SERVING or self._version in PROMPT_IDS_RELEASES
+        # a newer release than the table knows is taken to serve as its newest does
+        release = self._release = RELEASES.get(self._version, RELEASES[self.supported_versions[-1]])
+        self._inline, self._split, self._prompt_ids = (
+            release.inline,
+            release.split_adjust,
+            release.prompt_ids,
         )
         with glue_imports("vllm"):
             from vllm.entrypoints.openai.chat_completion import protocol
@@ -228,7 +253,7 @@ class VllmAdapter(Reproducible, Adapter):
         require_api(ToolParserManager, "get_tool_parser", owner_name="ToolParserManager")
         require_api(
             DelegatingParser,
-            *(() if self._version in SEPARATE_PARSERS else ("parse",)),
+            *(() if release.separate_parsers else ("parse",)),
             "parse_delta",
             "adjust_request",
             *(("set_prompt_token_ids",) if self._prompt_ids else ()),
@@ -253,7 +278,8 @@ class VllmAdapter(Reproducible, Adapter):
         inline generation's message rule needs."""
         self._server_ids: tuple[str, int] | None = None
         self._remaining_args_delta: Callable[..., Any] | None = None
-        if self._version in SEPARATE_PARSERS:
+        release = self._release
+        if release.separate_parsers:
             with glue_imports(f"vllm {self._version}"):
                 from vllm.entrypoints.openai.chat_completion import serving
                 from vllm.entrypoints.openai.engine import serving as engine
@@ -267,16 +293,11 @@ class VllmAdapter(Reproducible, Adapter):
             self._parse_from_content = engine.OpenAIServing._parse_tool_calls_from_content
             self._remaining_args_delta = chat_cls._create_remaining_args_delta
         if self._inline:
-            where = (
-                "vllm.renderers.chat_utils"
-                if self._version in PROMPT_IDS_RELEASES
-                else "vllm.entrypoints.chat_utils"
-            )
             with glue_imports(f"vllm {self._version}"):
-                module = importlib.import_module(where)
+                module = importlib.import_module(release.chat_utils)
             require_api(module, "make_tool_call_id", owner_name=module.__name__)
             self._make_tool_call_id = module.make_tool_call_id
-            if self._version in SERVER_MINTED_IDS:
+            if release.server_ids:
                 require_api(
                     module,
                     "get_tool_call_id_type",
@@ -346,8 +367,8 @@ class VllmAdapter(Reproducible, Adapter):
         )
 
     def _serving_parser(self, cls: Any, chat_request: Any, *, stream: bool) -> Any:
-        """The parser ``serving.py`` builds for a choice (``SERVER_MINTED_IDS``: without
-        ``model_config``; ``STREAM_STATE_IDS``: a stream's is told the id type and the
+        """The parser ``serving.py`` builds for a choice (``server_ids``: without
+        ``model_config``; ``stream_state_ids``: a stream's is told the id type and the
         history's call count)."""
         if self._server_ids is None:
             return self._new_parser(cls, chat_request)
@@ -357,7 +378,7 @@ class VllmAdapter(Reproducible, Adapter):
             chat_request.tools,
             chat_template_kwargs=chat_request.chat_template_kwargs,
         )
-        if stream and self._version in STREAM_STATE_IDS:
+        if stream and self._release.stream_state_ids:
             require_api(parser, "_stream_state", owner_name="DelegatingParser")
             state = parser._stream_state
             state.tool_call_id_type, state.history_tool_call_cnt = self._server_ids
@@ -461,7 +482,7 @@ class VllmAdapter(Reproducible, Adapter):
         )
 
     def _parse_separately(self, cls: Any, chat_request: Any, text: str) -> tuple[Any, Any, Any]:
-        """``SEPARATE_PARSERS``' ``chat_completion_full_generator``: a fresh reasoning parser's
+        """``separate_parsers``' ``chat_completion_full_generator``: a fresh reasoning parser's
         ``extract_reasoning`` (with a reasoning parser), then the tools from its content."""
         reasoning, content = None, text
         if cls.reasoning_parser_cls is not None:
@@ -530,8 +551,8 @@ def _inline_step(
     remaining_args_delta: Callable[..., Any] | None,
     ids: RandomIds,
 ) -> StreamStep:
-    """0.21-0.32 ``chat_completion_stream_generator``: ``parse_delta`` per engine output, an
-    empty output before the first token skipped ("chunked prefill"); ``SEPARATE_PARSERS``
+    """0.20-0.32 ``chat_completion_stream_generator``: ``parse_delta`` per engine output, an
+    empty output before the first token skipped ("chunked prefill"); ``separate_parsers``
     (``remaining_args_delta`` given): without ``finished=``, and the finishing delta, when it
     carries arguments, replaced by what partial-JSON parsing left unstreamed."""
     tokens_seen = 0
