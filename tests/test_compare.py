@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from k2conform.judge.compare import compare_arguments, compare_results, json_equal, strict_json
+from k2conform.judge.compare import (
+    compare_arguments,
+    compare_results,
+    json_equal,
+    same_reply,
+    strict_json,
+)
 from k2conform.model import FieldDiff, Result, ToolCall
 
 
@@ -125,3 +131,20 @@ def test_text_differences_say_whether_only_whitespace_differs():
         FieldDiff("content", "Hi there", "Bye", "text"),
         FieldDiff("reasoning", "plan", "plan ", "whitespace"),
     ]
+
+
+def test_the_oracles_own_check_takes_empty_text_as_null_and_nothing_else_as_equal():
+    """The fuzz targets' check of the reference against itself: "" and null are one reply (a
+    stream assembles "" where one-shot says null), a whitespace, an id or an argument byte
+    is another."""
+    call = ToolCall("f", '{"a": 1}', "functions.f:0")
+    reply = Result(content="Hi", reasoning=None, tool_calls=(call,))
+    assert same_reply(reply, Result(content="Hi", reasoning="", tool_calls=(call,)))
+    assert not same_reply(reply, Result(content="Hi ", tool_calls=(call,)))
+    assert not same_reply(
+        reply, Result(content="Hi", tool_calls=(ToolCall("f", '{"a":1}', call.id),))
+    )
+    assert not same_reply(
+        reply, Result(content="Hi", tool_calls=(ToolCall("f", call.arguments, "x"),))
+    )
+    assert not same_reply(reply, Result(content="Hi"))

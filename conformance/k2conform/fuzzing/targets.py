@@ -113,10 +113,6 @@ def silence() -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
-def _observable(result: Any) -> tuple:
-    return (result.content, result.reasoning, result.tool_calls)
-
-
 # -- reference --------------------------------------------------------------------------------
 
 
@@ -130,6 +126,7 @@ def reference_target(seen: Any = None) -> Callable[[bytes], None]:
     from k2conform.model import Result, StreamKind, ToolCall
     from k2conform.reference.parser import ReferenceParser, parse
     from k2conform.reference.policies import POLICIES
+    from k2conform.judge.compare import same_reply
     from k2conform.judge.stream import assemble
 
     known_policies = frozenset(POLICIES)
@@ -160,7 +157,7 @@ def reference_target(seen: Any = None) -> Callable[[bytes], None]:
         parser = ReferenceParser(request)
         events = [parser.feed(d.text) for d in deltas] + [parser.finish()]
         streamed = parser.result()
-        assert _observable(streamed) == _observable(whole), (fuzz, streamed, whole)
+        assert same_reply(streamed, whole), (fuzz, streamed, whole)
         assembled = assemble(events)
         # Marker bytes in content are a stream violation only where the one-shot content has
         # none (the reference keeps a stray section end in text as content: docs/policies.md,
@@ -172,7 +169,7 @@ def reference_target(seen: Any = None) -> Callable[[bytes], None]:
             if not (leaks and v.kind is StreamKind.MARKER_IN_CONTENT)
         ]
         assert not violations, (fuzz, violations)
-        assert _observable(assembled.result) == _observable(whole), (fuzz, assembled.result, whole)
+        assert same_reply(assembled.result, whole), (fuzz, assembled.result, whole)
 
     return test_one_input
 

@@ -79,6 +79,16 @@ def _text_diff(name: str, expected: str | None, observed: str | None) -> FieldDi
     return FieldDiff(name, expected, observed, how)
 
 
+def same_reply(a: Result, b: Result) -> bool:
+    """Whether two results give a client the same reply, ids included ("" and null alike): the
+    harness's checks of its own oracle (the reference streamed and one-shot), not a verdict."""
+    return (a.content or None, a.reasoning or None, a.tool_calls) == (
+        b.content or None,
+        b.reasoning or None,
+        b.tool_calls,
+    )
+
+
 def compare_results(expected: Result, observed: Result, check_ids: bool = True) -> list[FieldDiff]:
     """Every field in which ``observed`` differs from ``expected`` (empty: they agree)."""
     diffs: list[FieldDiff] = []
