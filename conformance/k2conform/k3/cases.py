@@ -467,6 +467,66 @@ def _table(rng: random.Random) -> Iterator[tuple[str, str, str, str, Mapping[str
         think,
         f"r{THINK_END}{TOOLS_OPEN}{PARIS}",
     )
+    # Outputs the coverage review of the K3 parser files found no case for (6 Dec 2026,
+    # docs/k3.md): each reaches branches of the pinned parsers no other case does.
+    yield (
+        "n_k3_max_tokens_after_response_open",
+        "K3.truncation",
+        "The output ends right after the response channel's opener (max_tokens): no content, "
+        "nothing leaked (vllm/reasoning/kimi_k3_reasoning_parser.py, an opener with nothing "
+        "after it)",
+        FORMAT_SOURCE,
+        think,
+        f"r{THINK_END}{RESPONSE}",
+    )
+    yield (
+        "y_k3_whitespace_response_before_tools",
+        "K3.whitespace",
+        "A response of only whitespace before the tools is content "
+        "(vllm/parser/kimi_k3.py and kimik3_detector.py test the text before the tools for "
+        "whitespace)",
+        FORMAT_SOURCE,
+        think,
+        f"r{THINK_END}{RESPONSE}  \n {RESPONSE_END}{tools(PARIS)}{MESSAGE_END}",
+    )
+    yield (
+        "i_k3_think_opener_repeated",
+        "K3.channels",
+        "The output opens think again although the prompt already did",
+        FORMAT_SOURCE,
+        think,
+        f"{opener('think')}r{THINK_END}{RESPONSE}ok{RESPONSE_END}{MESSAGE_END}",
+    )
+    yield (
+        "i_k3_think_reopened_inside_think",
+        "K3.channels",
+        "A think opener in the middle of the reasoning",
+        FORMAT_SOURCE,
+        think,
+        f"a{opener('think')}b{THINK_END}{RESPONSE}ok{RESPONSE_END}{MESSAGE_END}",
+    )
+    yield (
+        "n_k3_message_close_inside_skipped_think",
+        "K3.leak",
+        "Thinking on, the model answers without think and closes the message: the closer is "
+        "never text, and the answer is kept (as reasoning: think never closed)",
+        THREADS["message-leak"],
+        think,
+        f"Hello there.{MESSAGE_END}",
+    )
+    yield (
+        "i_k3_number_beyond_int_digit_limit",
+        "K3.values",
+        "A number argument of 4,400 digits: valid JSON, beyond what Python's int conversion "
+        "takes by default (4,300 digits; RFC 8259 lets an implementation limit numbers). vLLM "
+        "0.33.0's K3 tool parser decodes a streamed typed value with no try "
+        "(kimi_k3_tool_parser.py:234-237) where its one-shot path catches the error (352-356)",
+        FORMAT_SOURCE,
+        think,
+        answer(
+            call("get_weather", 1, argument("city", "Rome"), argument("days", "9" * 4400, "number"))
+        ),
+    )
     yield (
         "i_k3_call_without_tool",
         "K3.names",
