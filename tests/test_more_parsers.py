@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -519,6 +520,19 @@ def test_each_release_environment_holds_its_adapter_to_its_release():
         assert options[environment] == ["serve-adapter", adapter, "--release", release], environment
         assert release in create_adapter(adapter).supported_versions, environment  # has glue
     assert all("--release" not in options[name] for name in PINNED)  # not release layers
+    # and the other way round: each release the vLLM and SGLang glue tables name is one a lane
+    # runs (or the project's own pin), or a patch release with the very record of the minor
+    # release a lane runs, so no table row is glue nobody checks
+    from k2conform_adapters.sglang_parser import GLUE
+    from k2conform_adapters.vllm_parser import RELEASES
+
+    ran = {(adapter, release) for adapter, release in RELEASE_ENVIRONMENTS.values()}
+    for adapter, table, pin in (("vllm", RELEASES, "0.33.0"), ("sglang", GLUE, "0.5.23")):
+        assert tuple(table) == create_adapter(adapter).supported_versions
+        for release, record in table.items():
+            minor = re.sub(r"\.[1-9][0-9]*$", ".0", release)
+            checked = (adapter, release) in ran or release == pin
+            assert checked or ((adapter, minor) in ran and table[minor] == record), release
 
 
 def _hello(environment: str, adapter: str, *options: str) -> dict:
