@@ -86,7 +86,7 @@ matrix-servers: setup servers
 	[ -n "$(SERVER_CASES)" ] || $(PYTHON) .ci/lanes.py record servers
 
 # The server lane's guard: the real server on the guard's cases, every server-only case (the
-# server and request-level cases) and every Kimi K3 case (56, the K3 server's whole lane).
+# server and request-level cases) and every Kimi K3 case (62, the K3 server's whole lane).
 # tests/test_vllm_server.py runs it (server-lane-guard) and tests what the servers did in it, so
 # the servers start once for the tests and the guard: .ci/run runs no second guard.
 SERVER_GUARD := $(GUARD_CASES) --case '*server*' --case 'y_request_*' --case '*_k3_*'
