@@ -24,7 +24,7 @@ from typing import Any
 
 from k2conform.k3.markers import CLOSE, END_OF_MSG, MARKERS, OPEN, SEP, unescape
 from k2conform.model import Request, Result, StreamEvent, ToolCall
-from k2conform.reference.parser import events_to_stream_event
+from k2conform.reference.parser import DeltaEvents
 
 POLICIES: dict[str, str] = {
     "K3.start": (
@@ -115,7 +115,7 @@ class K3Parser:
         self._calls_allowed = bool(request.tools) and request.tool_choice != "none"
         self._state = State.THINK if request.thinking else State.RESPONSE
         self._pending = ""
-        self._events: list[tuple[Any, ...]] = []
+        self._delta = DeltaEvents()
         self._content: list[str] = []
         self._reasoning: list[str] = []
         self._calls: list[ToolCall] = []
@@ -284,7 +284,7 @@ class K3Parser:
         index = len(self._calls)
         if attrs.get("index") not in (None, str(index + 1)):
             self._fire("K3.index")
-        self._events.append(("call", index, None, self._tool))
+        self._delta.call(index, None, self._tool)
 
     def _open_argument(self, key: str, kind: str | None) -> None:
         self._state = State.ARGUMENT
@@ -334,7 +334,7 @@ class K3Parser:
     def _argument_text(self, text: str) -> None:
         self._arguments.append(text)
         if self._announced:
-            self._events.append(("args", len(self._calls), text))
+            self._delta.args(len(self._calls), text)
 
     def _end_call(self) -> None:
         self._state = State.TOOLS
@@ -361,22 +361,21 @@ class K3Parser:
         state = self._state
         if state is State.THINK:
             self._reasoning.append(text)
-            self._events.append(("reasoning", text))
+            self._delta.reasoning.append(text)
         elif state is State.CALL:
             self._fire("K3.text-in-call")
         elif state is not State.DONE:
             if state in (State.TOP, State.TOOLS):
                 self._fire("K3.outside-text")
             self._content.append(text)
-            self._events.append(("content", text))
+            self._delta.content.append(text)
 
     def _fire(self, policy: str) -> None:
         if policy not in self._policies:
             self._policies.append(policy)
 
     def _drain(self) -> StreamEvent | None:
-        events, self._events = self._events, []
-        return events_to_stream_event(events)
+        return self._delta.take()
 
 
 def _attributes(text: str) -> dict[str, str]:

@@ -95,6 +95,7 @@ class _Markers:
     first: re.Pattern[str]
     prefixes: frozenset[str]
     longest: int
+    own: dict[str, str]  #: a matched marker -> the markers module's own object of it
 
     @classmethod
     def of(cls, tokens: Sequence[str]) -> _Markers:
@@ -102,6 +103,7 @@ class _Markers:
             re.compile("|".join(re.escape(m) for m in tokens)),
             frozenset(m[:k] for m in tokens for k in range(1, len(m))),
             max(map(len, tokens)),
+            {m: m for m in tokens},
         )
 
 
@@ -166,7 +168,7 @@ class ReferenceParser:
         # _held_reasoning) until content or a section comes, or the output ends.
         template_kwargs = request.server_options.get("chat_template_kwargs") or {}
         self._force_nonempty = template_kwargs.get("force_nonempty_content") is True
-        self._held_reasoning: list[tuple] | None = [] if self._force_nonempty else None
+        self._held_reasoning = DeltaEvents() if self._force_nonempty else None
         self._reasoning_as_content = False
         self._at_output_start = request.thinking
         self._pending = ""  # a held-back tail that may still become a marker
@@ -174,7 +176,7 @@ class ReferenceParser:
         self._calls: list[_Call] = []
         self._content: list[str] = []
         self._reasoning: list[str] = []
-        self._events: list[tuple] = []
+        self._delta = DeltaEvents()  # the events of the delta being read
         self._policies: dict[str, None] = {}
         # Arguments state
         self._in_string = False
@@ -194,7 +196,9 @@ class ReferenceParser:
             self._content.clear()
             self._reasoning.clear()
             # what the prefix held back was the prefix's, not the reply's
-            self._held_reasoning = [] if self._force_nonempty and not self._section_seen else None
+            self._held_reasoning = (
+                DeltaEvents() if self._force_nonempty and not self._section_seen else None
+            )
 
     # -- public API -------------------------------------------------------------------
 
@@ -329,7 +333,7 @@ class ReferenceParser:
         if marker is None:
             self._args_text(data[pos : i + 1])
             return i + 1
-        if self._in_string and not self._markers_trusted and marker != markers.IM_END:
+        if self._in_string and not self._markers_trusted and marker is not markers.IM_END:
             self._fire("ARGS.marker-in-string")
             self._args_text(data[pos:i])
             if marker in _ARGS_TERMINATORS and self._held is None:
@@ -348,12 +352,12 @@ class ReferenceParser:
         state = self._state
         if state is State.TEXT:
             self._content.append(text)
-            self._events.append(("content", text))
+            self._delta.content.append(text)
             if self._section_seen:
                 self._fire("STRUCT.text-after-section")
         elif state is State.THINK:
             self._reasoning.append(text)
-            self._events.append(("reasoning", text))
+            self._delta.reasoning.append(text)
         elif state is State.HEADER:
             self._header.append(text)
         elif state is State.SECTION and text.strip(_WHITESPACE):
@@ -382,7 +386,7 @@ class ReferenceParser:
         call = self._calls[-1]
         call.args.append(text)
         if not call.infer:
-            self._events.append(("args", call.index, text))
+            self._delta.args(call.index, text)
 
     def _commit_held(self) -> None:
         held, self._held = self._held or [], None
@@ -400,8 +404,10 @@ class ReferenceParser:
     # -- markers ----------------------------------------------------------------------
 
     def _marker(self, marker: str) -> None:
+        # ``marker`` is the markers module's own object (_marker_at hands out no other), so
+        # identity is equality: the fuzz targets trace every ``==`` and none of ``is``.
         state = self._state
-        if marker == markers.IM_END:
+        if marker is markers.IM_END:
             self._end_of_output()
             self._fire("END.im-end")
             return
@@ -411,28 +417,28 @@ class ReferenceParser:
                 return
             if state is State.THINK:
                 self._fire(
-                    "THINK.end" if marker == markers.THINK_END else "THINK.implicit-end-at-section"
+                    "THINK.end" if marker is markers.THINK_END else "THINK.implicit-end-at-section"
                 )
-                if marker == markers.THINK_END:
+                if marker is markers.THINK_END:
                     self._state = State.TEXT
                     return
             self._open_section(marker)
-            if marker == markers.CALL_BEGIN:
+            if marker is markers.CALL_BEGIN:
                 self._begin_header()
             return
         if state is State.ARGS and marker not in _CLOSE_OR_KEEP_ARGS:
             self._fire("STRUCT.missing-call-end")
-        if marker == markers.CALL_BEGIN:
+        if marker is markers.CALL_BEGIN:
             self._end_call()
             self._begin_header()
         elif marker in _SECTION_ENDS:
             self._end_call()
-            if marker == markers.SECTION_END_SINGULAR:
+            if marker is markers.SECTION_END_SINGULAR:
                 self._fire("STRUCT.singular-section-markers")
             self._state = State.TEXT
-        elif marker == markers.ARGUMENT_BEGIN and state is State.HEADER:
+        elif marker is markers.ARGUMENT_BEGIN and state is State.HEADER:
             self._begin_args()
-        elif marker == markers.CALL_END and state in (State.ARGS, State.HEADER):
+        elif marker is markers.CALL_END and state in (State.ARGS, State.HEADER):
             self._end_call()
         else:
             self._fire("STRUCT.stray-marker")
@@ -441,9 +447,9 @@ class ReferenceParser:
         if self._section_seen:
             self._fire("STRUCT.several-sections")
         self._section_seen = True
-        if marker == markers.CALL_BEGIN:
+        if marker is markers.CALL_BEGIN:
             self._fire("STRUCT.call-without-section")
-        elif marker == markers.SECTION_BEGIN_SINGULAR:
+        elif marker is markers.SECTION_BEGIN_SINGULAR:
             self._fire("STRUCT.singular-section-markers")
         self._state = State.SECTION
 
@@ -464,7 +470,7 @@ class ReferenceParser:
         if self._withhold_calls:
             self._fire("REQUEST.tool-choice-none")
         if not infer:
-            self._events.append(("call", call.index, call.id, name))
+            self._delta.call(call.index, call.id, name)
         self._state = State.ARGS
         self._in_string = False
         self._args_started = False
@@ -483,9 +489,9 @@ class ReferenceParser:
         arguments = "".join(call.args)
         if call.infer:
             call.name = self._infer_name(call.name, arguments)
-            self._events.append(("call", call.index, call.id, call.name))
+            self._delta.call(call.index, call.id, call.name)
             if arguments:
-                self._events.append(("args", call.index, arguments))
+                self._delta.args(call.index, arguments)
         if not arguments:
             self._fire("ARGS.empty")
         elif not _is_json(arguments):
@@ -558,71 +564,80 @@ class ReferenceParser:
         """Whether the reply has anything besides reasoning: content, or a tool-call section."""
         return bool(self._content) or self._section_seen
 
-    def _release_reasoning(self, events: list[tuple], final: bool) -> list[tuple]:
+    def _release_reasoning(self, delta: DeltaEvents, final: bool) -> bool:
         """REQUEST.force-nonempty-content, streamed: until the reply is answered only reasoning
-        comes, and it is held; then it goes out first, as reasoning, or at the end, as the
-        content."""
+        comes, and it is held (False: nothing to send); then it goes out first, as reasoning,
+        or at the end, as the content."""
         held = self._held_reasoning
         assert held is not None
         if not self._answered() and not final:
-            held.extend(events)
-            return []
+            held.reasoning.extend(delta.reasoning)
+            delta.reasoning.clear()
+            return False
         self._held_reasoning = None
+        delta.reasoning[:0] = held.reasoning
         if self._reasoning_as_content:
-            return [("content", e[1]) for e in held + events]
-        return held + events
+            delta.content[:0] = delta.reasoning
+            delta.reasoning.clear()
+        return True
 
     def _drain(self, final: bool = False) -> StreamEvent | None:
-        if self._held_reasoning is not None:
-            self._events = self._release_reasoning(self._events, final)
-        if not self._events:
+        delta = self._delta
+        if self._held_reasoning is not None and not self._release_reasoning(delta, final):
             return None
-        events, self._events = self._events, []
-        if self._withhold_calls and events:
-            events = [e for e in events if e[0] in ("content", "reasoning")]
-        return events_to_stream_event(events)
+        if self._withhold_calls:
+            delta.calls.clear()
+        return delta.take()
 
 
-def events_to_stream_event(events: Sequence[tuple]) -> StreamEvent | None:
-    """Merge the parser's events of one delta into one OpenAI delta message.
+class DeltaEvents:
+    """What a parser read from one delta, merged as it comes into the OpenAI delta message it
+    makes: content and reasoning each joined, and a call's header with the argument pieces
+    that follow it one tool-call delta, its arguments joined once (linear in the delta's
+    text).  Merged as read, not kept as a list of events and merged by kind afterwards: the
+    fuzz targets trace every comparison the parser makes."""
 
-    A call's header and the argument pieces that follow it in the same delta become one
-    tool-call delta, its arguments joined once (linear in the delta's text).
-    """
-    if not events:
-        return None
-    if len(events) == 1 and events[0][0] == "args":  # the common streamed delta
-        return StreamEvent(tool_calls=(ToolCallDelta(index=events[0][1], arguments=events[0][2]),))
-    content: list[str] = []
-    reasoning: list[str] = []
-    calls: list[list] = []  # [index, id, name, argument pieces]
-    for event in events:
-        kind = event[0]
-        if kind == "content":
-            content.append(event[1])
-        elif kind == "reasoning":
-            reasoning.append(event[1])
-        elif kind == "call":
-            calls.append([event[1], event[2], event[3], [""]])
-        elif calls and calls[-1][0] == event[1]:
-            calls[-1][3].append(event[2])
+    __slots__ = ("content", "reasoning", "calls")
+
+    def __init__(self) -> None:
+        self.content: list[str] = []
+        self.reasoning: list[str] = []
+        self.calls: list[tuple[int, str | None, str | None, list[str]]] = []
+
+    def call(self, index: int, call_id: str | None, name: str | None) -> None:
+        """A call's header: its index, id and name."""
+        self.calls.append((index, call_id, name, []))
+
+    def args(self, index: int, text: str) -> None:
+        """A piece of the arguments of call ``index``."""
+        calls = self.calls
+        if calls and calls[-1][0] == index:
+            calls[-1][3].append(text)
         else:
-            calls.append([event[1], None, None, [event[2]]])
-    return StreamEvent(
-        content="".join(content) if content else None,
-        reasoning="".join(reasoning) if reasoning else None,
-        tool_calls=tuple(
-            ToolCallDelta(index=index, id=call_id, name=name, arguments="".join(pieces))
-            for index, call_id, name, pieces in calls
-        ),
-    )
+            calls.append((index, None, None, [text]))
+
+    def take(self) -> StreamEvent | None:
+        """The delta message (None when there is nothing), and a fresh start."""
+        content, reasoning, calls = self.content, self.reasoning, self.calls
+        if not (content or reasoning or calls):
+            return None
+        self.content, self.reasoning, self.calls = [], [], []
+        return StreamEvent(
+            content="".join(content) if content else None,
+            reasoning="".join(reasoning) if reasoning else None,
+            tool_calls=tuple(
+                ToolCallDelta(index=index, id=call_id, name=name, arguments="".join(pieces))
+                for index, call_id, name, pieces in calls
+            ),
+        )
 
 
 def _marker_at(data: str, i: int, table: _Markers, final: bool) -> tuple[str | None, bool]:
-    """The marker starting at ``data[i]``; or whether the text there may still become one."""
+    """The marker starting at ``data[i]`` (the markers module's own object of it); or whether
+    the text there may still become one."""
     found = table.first.match(data, i)
     if found is not None:
-        return found.group(), False
+        return table.own[found.group()], False
     if final or len(data) - i >= table.longest:
         return None, False
     return None, data[i:] in table.prefixes
