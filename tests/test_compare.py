@@ -148,3 +148,9 @@ def test_the_oracles_own_check_takes_empty_text_as_null_and_nothing_else_as_equa
         reply, Result(content="Hi", tool_calls=(ToolCall("f", call.arguments, "x"),))
     )
     assert not same_reply(reply, Result(content="Hi"))
+    thought = Result(content=None, reasoning="plan", tool_calls=(call,))
+    for empty in (Result(content="", reasoning="plan", tool_calls=(call,)), thought):
+        assert same_reply(thought, empty) and same_reply(empty, thought)
+    assert same_reply(Result(content="Hi", reasoning="", tool_calls=(call,)), reply)
+    for other in (Result(reasoning="plan ", tool_calls=(call,)), Result(tool_calls=(call,))):
+        assert not same_reply(thought, other) and not same_reply(other, thought)
