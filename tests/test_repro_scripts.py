@@ -252,7 +252,7 @@ def _ruff(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_the_drivers_and_the_scripts_they_make_pass_ruff(tmp_path):
-    linted = _ruff("adapters/k2conform_adapters/repro", "adapters/k2conform_adapters/_repro.py")
+    linted = _ruff("adapters/k2conform_adapters/repro")
     assert linted.returncode == 0, linted.stdout[-3000:]
     request = Request(tools=({"type": "function", "function": {"name": "f", "parameters": {}}},))
     deltas = [Delta("<|tool_calls_section_begin|>", (163595,)), Delta("text")]
@@ -289,17 +289,6 @@ def test_building_a_script_does_not_import_the_parser():
 def test_a_name_two_parts_define_is_refused():
     with pytest.raises(HarnessError, match="is defined twice in one script"):
         Bundle([SHARED, "k2conform_adapters.repro.vllm", "k2conform_adapters.repro.sglang"])
-
-
-def test_the_old_builder_names_build_the_same_script():
-    from k2conform_adapters import _repro
-
-    request, deltas = Request(), [Delta("plain text")]
-    assert _repro.sglang_script(request, deltas, "whole", None, "c") == build_script(
-        "sglang", request, deltas, "whole", case_id="c"
-    )
-    with pytest.raises(AttributeError):
-        _repro.not_a_builder  # noqa: B018 - the attribute access is the test
 
 
 def test_a_driver_that_reproduces_only_some_modes_gives_no_script_for_the_others():
