@@ -30,8 +30,9 @@ from typing import Any, Collection, Iterable, Iterator, Mapping, Sequence
 from k2conform.adapter.registry import create_adapter, load
 from k2conform.case.corpus import CompletionCase, load_corpus
 from k2conform.errors import HarnessError
-from k2conform.model import Cell, RunResults
+from k2conform.model import AdapterRow, Cell, RunResults
 from k2conform.run.cell import CellSettings, case_unfit, run_cell
+from k2conform.run.results import adapter_row, build_results
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,12 @@ def _worker(conn: Connection, config: RunConfig, silence: bool = True) -> None:
         (
             "ready",
             (
-                {adapters[spec].name: (a.status, a.reason) for spec, a in availability.items()},
+                # each adapter's row as loaded here: the parent reports it without loading the
+                # adapter again (a command adapter's hello is its parser's whole import)
+                {
+                    adapters[spec].name: adapter_row(adapters[spec], (a.status, a.reason))
+                    for spec, a in availability.items()
+                },
                 # an adapter's own longer deadline is known once it is loaded (a remote's hello)
                 {spec: config.cell.for_adapter(a) for spec, a in adapters.items()},
             ),
@@ -144,7 +150,8 @@ class CellPool:
         self.config = config
         self.progress = progress
         self.context = multiprocessing.get_context("spawn")
-        self.availability: dict[str, tuple[str, str]] = {}
+        #: Each adapter's row (release, status) as the workers loaded it, by display name.
+        self.rows: dict[str, AdapterRow] = {}
         self.cell_settings: dict[str, CellSettings] = {}
         self.restarts = 0
         #: Set when Ctrl-C or SIGTERM stopped the run: the cells returned are the ones done.
@@ -164,7 +171,7 @@ class CellPool:
         kind, payload = self._receive(slot, deadline=time.monotonic() + 600)
         if kind != "ready":
             raise HarnessError(f"worker failed to start:\n{payload}")
-        self.availability, self.cell_settings = payload
+        self.rows, self.cell_settings = payload
         return slot
 
     def _receive(self, slot: _Slot, deadline: float) -> tuple[str, Any]:
@@ -250,7 +257,8 @@ class CellPool:
         return self.cell_settings.get(spec, self.config.cell).hard_limit
 
     def _status(self, spec: str) -> str:
-        return self.availability.get(self.display_names.get(spec, spec), ("ok", ""))[0]
+        row = self.rows.get(self.display_names.get(spec, spec))
+        return row.status.value if row else "ok"
 
     def _lost(self, task: tuple[str, str, str], kind: str) -> Cell:
         case_id, spec, mode = task
@@ -369,8 +377,6 @@ def run_matrix(
     pool, as one results document that says what it planned and ran (``inventory``), and, when
     Ctrl-C or SIGTERM stopped it, that it is ``partial``; ``per_adapter``: the modes each adapter
     takes (None: every one of ``modes``)."""
-    from k2conform.run.results import adapter_row, build_results
-
     pool = CellPool(config, progress=progress_printer())
     started = time.monotonic()
     names = list(adapters)
@@ -393,7 +399,8 @@ def run_matrix(
         }
     if shard:
         extra["shard"] = "{}/{}".format(*shard)
-    rows = [adapter_row(a, pool.availability.get(a.name, ("ok", ""))) for a in adapters.values()]
+    # An adapter no worker loaded (the run was stopped first) is read here.
+    rows = [pool.rows.get(a.name) or adapter_row(a, ("ok", "")) for a in adapters.values()]
     return build_results(
         cells, cases, rows, seed, modes, time.monotonic() - started, pool.restarts, **extra
     )
