@@ -113,12 +113,16 @@ server-lane-guard:
 	$(MAKE) --no-print-directory server-lane SERVER_CASES="$(SERVER_GUARD)"
 
 # One server's two runs, inside its session (server-lane), so the server starts once (about
-# 50 s on 2 cores): SERVER_CASES in both server modes, then SERVER_CONCURRENT's cases.
+# 50 s on 2 cores): SERVER_CASES in both server modes, then SERVER_CONCURRENT's cases; then
+# SERVER_THEN with the server's name (tests/test_vllm_server.py runs the engine plugin there,
+# against the guard's servers: tests/server_plugin_runs.py).
+SERVER_THEN ?=
 server-runs:
 	$(BIN)/k2conform run --adapter $(SERVER) $(SERVER_CASES) --json $(SERVER_REPORT)/$(SERVER).json; \
 		[ $$? -le 1 ] || exit 2
 	$(BIN)/k2conform run --adapter $(SERVER) --delivery server-concurrent $(SERVER_CONCURRENT) \
 		--jobs 2 --json $(SERVER_REPORT)/$(SERVER)-concurrent.json; [ $$? -le 1 ] || exit 2
+	$(if $(SERVER_THEN),$(SERVER_THEN) $(SERVER))
 
 # The extra real parsers and the older releases, one venv each under .venvs/<name> (their
 # pins clash with vLLM's), run through the adapter protocol.  Not part of `setup`: 8 minutes

@@ -221,7 +221,8 @@ def _shared_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def server_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """The server lane's guard (``make server-lane-guard``), run once: each real server started
     once, the guard's cases (every case here among them), merged and gated by
-    ``baseline-servers.json``; the tests read what the servers did in it."""
+    ``baseline-servers.json``, then the engine plugin against it (tests/server_plugin_runs.py);
+    the tests read what the servers did in it."""
     _needs_venv()
     root = _shared_dir(tmp_path_factory)
     root.mkdir(parents=True, exist_ok=True)
@@ -237,11 +238,13 @@ def server_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
                 "server-lane-guard",
                 f"VENV={sys.prefix}",
                 f"SERVER_REPORT={root / 'run'}",
+                # the engine plugin against each server, in its session (no server of its own)
+                f"SERVER_THEN={sys.executable} {ROOT / 'tests' / 'server_plugin_runs.py'} {root}",
             ]
             env = {
                 k: v for k, v in os.environ.items() if k not in (vllm_server.URL_ENV, "MAKEFLAGS")
             }
-            proc = subprocess.run(command, capture_output=True, text=True, timeout=1200, env=env)
+            proc = subprocess.run(command, capture_output=True, text=True, timeout=2400, env=env)
             done.write_text(
                 json.dumps(
                     {
@@ -390,101 +393,52 @@ def test_the_server_is_stopped_and_its_port_freed(server_run):
     assert (server_run["root"] / "run" / "vllm-server" / "cache").is_dir()
 
 
-# -- the engine plugin against the real server ---------------------------------------------------
+# -- the engine plugin against the real servers ------------------------------------------------
+
+
+def _plugin(server_run: dict, server: str, label: str) -> dict:
+    """A plugin run of tests/server_plugin_runs.py, inside the guard's session of ``server``."""
+    path = server_run["root"] / f"plugin-{server}-{label}.json"
+    assert path.exists(), f"no plugin run against {server}:\n{server_run['info']['stderr']}"
+    return json.loads(path.read_text())
 
 
 @pytest.mark.server
 def test_the_engine_plugin_passes_the_real_server_and_names_the_check_a_broken_replay_breaks(
-    tmp_path,
+    server_run,
 ):
-    """The live-engine plugin against a real vLLM server running k2conform's forcing processor
-    (``--k2-script`` sends each probe's replay): the clean probes pass every server check; a
-    replay whose call arguments are not JSON fails, naming ``arguments-json``."""
-    _needs_venv()
-    corpus = tmp_path / "corpus"
-    (corpus / "probes").mkdir(parents=True)
-    probe = json.loads((ROOT / "corpus" / "probes" / "y_probe_single_call.json").read_text())
-    (corpus / "probes" / "y_probe_single_call.json").write_text(json.dumps(probe))
-    broken = dict(
-        probe,
-        id="y_probe_broken_arguments",
-        replay=[probe["replay"][0].replace('"Beijing"}', '"Beijing"')] + probe["replay"][1:],
-    )
-    assert broken["replay"][0] != probe["replay"][0]
-    with vllm_server.VllmServer(tmp_path / "run") as server:
-
-        def plugin(*args: str) -> subprocess.CompletedProcess:
-            return subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "pytest",
-                    "-p",
-                    "no:cacheprovider",
-                    "-p",
-                    "no:xdist",
-                    "--rootdir",
-                    str(tmp_path),
-                    "--k2-engine-url",
-                    server.url,
-                    "--k2-model",
-                    vllm_server.MODEL_NAME,
-                    "--k2-script",
-                    "--k2-corpus",
-                    str(corpus),
-                    "-k",
-                    "probe or summary",
-                    *args,
-                ],
-                capture_output=True,
-                text=True,
-                timeout=600,
-                cwd=tmp_path,
-            )
-
-        clean = plugin()
-        (corpus / "probes" / "y_probe_broken_arguments.json").write_text(json.dumps(broken))
-        failing = plugin()
-    assert clean.returncode == 0, clean.stdout[-4000:]
-    assert "schema accuracy: " in clean.stdout and "failed checks" not in clean.stdout
-    assert failing.returncode == 1
-    assert "[k2 check arguments-json] y_probe_broken_arguments:" in failing.stdout, failing.stdout[
-        -4000:
-    ]
-    assert (
-        "y_probe_single_call:" not in failing.stdout.split("k2conform engine summary")[0]
-    )  # the clean probe still passes
+    """The live-engine plugin against the guard's real vLLM server, which runs k2conform's
+    forcing processor (``--k2-script`` sends each probe's replay): the clean probe passes every
+    server check; a replay whose call arguments are not JSON fails, naming ``arguments-json``."""
+    clean = _plugin(server_run, "vllm-server", "clean")
+    failing = _plugin(server_run, "vllm-server", "broken")
+    assert clean["returncode"] == 0, clean["stdout"][-4000:] + clean["stderr"]
+    assert "schema accuracy: " in clean["stdout"] and "failed checks" not in clean["stdout"]
+    assert failing["returncode"] == 1, failing["stdout"][-4000:] + failing["stderr"]
+    assert "[k2 check arguments-json] y_probe_broken_arguments:" in failing["stdout"]
+    # the clean probe still passes
+    assert "y_probe_single_call:" not in failing["stdout"].split("k2conform engine summary")[0]
 
 
 @pytest.mark.server
-def test_the_engine_plugin_sends_a_k3_server_the_k3_probes(tmp_path):
-    """``--k2-format k3`` against the real server with vLLM's K3 parsers (``--k2-script`` sends
-    each K3 probe's replay as K3 token ids): every check passes, the wire contract and the
+def test_the_engine_plugin_sends_a_k3_server_the_k3_probes(server_run):
+    """``--k2-format k3`` against the guard's server with vLLM's K3 parsers (``--k2-script``
+    sends each K3 probe's replay as K3 token ids): every check passes, the wire contract and the
     id round trip included, but the two reviewed vLLM K3 behaviours of
     ``baseline-servers.json``: a named ``tool_choice`` finishes with ``stop``
     (y_k3_tool_choice_named), and the long call's arguments are held back to one chunk
     (vllm-project/vllm#50604, y_k3_long_argument)."""
-    _needs_venv()
     k3_probes = {p.id for p in load_corpus().probes if p.format == "k3"}
-    k3_server = vllm_server.VllmServer(tmp_path / "run", parser="kimi_k3", name="vllm-server-k3")
-    with k3_server as server:
-        plugin = subprocess.run(
-            [
-                sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist",
-                "-v", "--rootdir", str(tmp_path), "--k2-engine-url", server.url,
-                "--k2-model", vllm_server.MODEL_NAME, "--k2-format", "k3", "--k2-script",
-            ],
-            capture_output=True, text=True, timeout=900, cwd=tmp_path,
-        )  # fmt: skip
-    out = plugin.stdout
-    assert "format=k3 (from --k2-format)" in out, out[-4000:]
+    plugin = _plugin(server_run, "vllm-server-k3", "k3")
+    out = plugin["stdout"]
+    assert "format=k3 (from --k2-format)" in out, out[-4000:] + plugin["stderr"]
     assert set(re.findall(r"\[(y_probe_\w+)\]", out)) == k3_probes
     assert re.search(r"^failed checks: finish-reason x2, liveness x1$", out, re.MULTILINE), out[
         -4000:
     ]
     failed = set(re.findall(r"^FAILED \S+\[(y_probe_\w+)\]", out, re.MULTILINE))
     assert failed == {"y_probe_k3_tool_choice_named", "y_probe_k3_long_argument"}, out[-4000:]
-    assert plugin.returncode == 1
+    assert plugin["returncode"] == 1
 
 
 @pytest.mark.server
