@@ -17,6 +17,8 @@ import sys
 import traceback
 from pathlib import Path
 
+from k2conform_adapters import vllm_server
+
 ROOT = Path(__file__).resolve().parents[1]
 #: the probe the K2 runs are given, and its copy whose replay breaks the call's arguments
 PROBE = ROOT / "corpus" / "probes" / "y_probe_single_call.json"
@@ -25,8 +27,6 @@ BROKEN_PROBE_ID = "y_probe_broken_arguments"
 
 def plugin(cwd: Path, url: str, *args: str) -> dict:
     """One pytest session of the engine plugin against ``url``, from ``cwd``."""
-    from k2conform_adapters import vllm_server
-
     cwd.mkdir(parents=True, exist_ok=True)
     done = subprocess.run(
         [
@@ -45,13 +45,15 @@ def k2_runs(out: Path, url: str) -> dict[str, dict]:
     (corpus / "probes").mkdir(parents=True, exist_ok=True)
     probe = json.loads(PROBE.read_text())
     (corpus / "probes" / PROBE.name).write_text(json.dumps(probe))
-    args = ("--k2-corpus", str(corpus), "-k", "probe or summary")
-    clean = plugin(out / "k2-clean", url, *args)
     broken = dict(
         probe,
         id=BROKEN_PROBE_ID,
         replay=[probe["replay"][0].replace('"Beijing"}', '"Beijing"')] + probe["replay"][1:],
     )
+    if broken["replay"] == probe["replay"]:  # the probe changed: the copy would not be broken
+        raise ValueError(f"{PROBE.name}'s first replay piece no longer ends its arguments")
+    args = ("--k2-corpus", str(corpus), "-k", "probe or summary")
+    clean = plugin(out / "k2-clean", url, *args)
     (corpus / "probes" / f"{BROKEN_PROBE_ID}.json").write_text(json.dumps(broken))
     return {"clean": clean, "broken": plugin(out / "k2-broken", url, *args)}
 
@@ -65,8 +67,6 @@ RUNS = {"vllm-server": k2_runs, "vllm-server-k3": k3_runs}
 
 
 def main(out: Path, server: str) -> None:
-    from k2conform_adapters import vllm_server
-
     url = os.environ[vllm_server.env_name(server, "URL")]
     try:
         results = RUNS[server](out / server, url)

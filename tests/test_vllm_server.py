@@ -399,7 +399,10 @@ def test_the_server_is_stopped_and_its_port_freed(server_run):
 def _plugin(server_run: dict, server: str, label: str) -> dict:
     """A plugin run of tests/server_plugin_runs.py, inside the guard's session of ``server``."""
     path = server_run["root"] / f"plugin-{server}-{label}.json"
-    assert path.exists(), f"no plugin run against {server}:\n{server_run['info']['stderr']}"
+    if not path.exists():  # the script's own failure, when it had one, else the guard's output
+        error = server_run["root"] / f"plugin-{server}-error.json"
+        why = json.loads(error.read_text())["stderr"] if error.exists() else server_run["info"]
+        pytest.fail(f"no plugin run against {server}:\n{why}")
     return json.loads(path.read_text())
 
 
