@@ -120,17 +120,26 @@ def test_named_cmd_adapter_and_version_from_the_hello(tmp_path):
     assert {c["adapter"] for c in results["cells"]} == {"ref-remote"}
 
 
-@pytest.mark.parametrize("jobs", [1, 2])
+@pytest.mark.parametrize("jobs", [None, 1, 2])
 def test_a_run_starts_a_command_once_per_worker_and_reports_the_workers_hello(tmp_path, jobs):
     """The hello costs a parser's whole import (about 10 s for a vLLM release): the report's
-    release comes from the workers' hellos, so no process is started for it alone."""
-    env = {**toy_env(tmp_path), "K2_TOY_TRIGGER": "no output holds this"}
+    release comes from the workers' hellos, so no process is started for it alone; the workers
+    start at once (each toy's hello waits for the others' starts); and a run of a few cells
+    (``y_spec_*``, two modes) gets one worker unless ``--jobs`` asks for more."""
+    env = {
+        **toy_env(tmp_path),
+        "K2_TOY_TRIGGER": "no output holds this",
+        "K2_TOY_HELLO_AFTER_STARTS": str(jobs or 1),
+    }
     spec = f"toy=cmd:{PY} {TOYS / 'crashing_adapter.py'}"
-    completed, results = k2run(tmp_path, "--adapter", spec, "--jobs", str(jobs), env=env)
+    jobs_option = ["--jobs", str(jobs)] if jobs else ["--jobs", "0"]
+    completed, results = k2run(tmp_path, "--adapter", spec, *jobs_option, env=env)
     assert completed.returncode == 0, completed.stdout + completed.stderr
     (row,) = results["adapters"]
     assert (row["name"], row["version"], row["status"]) == ("toy", "1.0", "ok")
-    assert (tmp_path / "starts.log").read_text().count("start") == jobs
+    events = [line.split()[0] for line in (tmp_path / "starts.log").read_text().splitlines()]
+    workers = jobs or 1
+    assert events == ["start"] * workers + ["hello"] * workers
 
 
 def test_a_command_that_cannot_start_is_an_adapter_error(tmp_path):

@@ -205,7 +205,12 @@ def _add_run_parser(sub: Any) -> None:
     )
     add_case_options(p)
     add_gate_options(p, "this run")
-    p.add_argument("--jobs", type=int, default=0, help="worker processes (default: all cores)")
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=0,
+        help="worker processes (default: a core each, one per 3,000 cells at most)",
+    )
     p.add_argument(
         "--timeout", type=float, default=20.0, help="seconds per cell before it is a timeout"
     )
