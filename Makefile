@@ -96,9 +96,16 @@ matrix-servers-guard: setup servers
 # The lane over the environments already built (no set-up step: a test runs it from its own
 # venv, VENV=...), into SERVER_REPORT; SERVER_CASES narrows it.
 SERVER_REPORT ?= report/servers
+# The servers run at the lowest priority: while it generates, the CPU engine's two processes
+# spin-wait on each other (vLLM's shm_broadcast, a second of sched_yield after each message),
+# most of their CPU; niced, that spin gives way to the other work on the machine.  A run of 152
+# server cells beside a CPU-bound job (3 in-process runs): 54-58 s and 82-84 s at nice 0, 41-42 s
+# and 59-68 s at nice 19, both faster (7 Dec 2026, 2 cores, two trials each; nice 10: 49 s and
+# 81 s).  On an idle machine it changes nothing.
+SERVER_NICE ?= nice -n 19
 server-lane:
 	for server in vllm-server vllm-server-k3; do \
-		$(BIN)/k2conform session --adapter $$server --run-dir $(SERVER_REPORT) \
+		$(SERVER_NICE) $(BIN)/k2conform session --adapter $$server --run-dir $(SERVER_REPORT) \
 			-- $(MAKE) --no-print-directory server-runs SERVER=$$server || exit 2; \
 	done  # one server at a time: two at once starve each other on 2 cores
 	$(BIN)/k2conform merge $(SERVER_REPORT)/vllm-server-concurrent.json \
