@@ -10,6 +10,7 @@ import pytest
 
 from k2conform.case.corpus import CorpusError, case_from_json
 from k2conform.judge.stream import assemble
+from k2conform.markers import LEAK_MARKERS
 from k2conform.model import (
     Request,
     Result,
@@ -53,14 +54,17 @@ def test_the_stream_carries_finish_reason_into_the_result_meta():
         StreamEvent(tool_calls=(ToolCallDelta(0, CALL.id, CALL.name, CALL.arguments),)),
         StreamEvent(finish_reason="tool_calls"),
     ]
-    assembled = assemble(events)
+    assembled = assemble(events, leaks=LEAK_MARKERS)
     assert assembled.result.meta == {"finish_reason": "tool_calls"}
     assert assembled.violations == ()
-    assert assemble([StreamEvent(content="hi")]).result.meta == {}
+    assert assemble([StreamEvent(content="hi")], leaks=LEAK_MARKERS).result.meta == {}
 
 
 def test_a_chunk_after_the_finishing_chunk_breaks_the_stream():
-    assembled = assemble([StreamEvent(content="a", finish_reason="stop"), StreamEvent(content="b")])
+    assembled = assemble(
+        [StreamEvent(content="a", finish_reason="stop"), StreamEvent(content="b")],
+        leaks=LEAK_MARKERS,
+    )
     assert assembled.violations == (
         StreamViolation(
             StreamKind.AFTER_FINISH, "chunk 2: sent after the chunk with finish_reason 'stop'"

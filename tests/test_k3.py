@@ -95,6 +95,7 @@ def test_the_reference_streams_a_string_value_as_it_arrives():
 def test_a_cut_call_is_kept_as_far_as_it_came():
     """K3.unclosed-call: a string value keeps its text so far, an open typed value is
     dropped, the object is closed; a duplicate key stays in the arguments twice."""
+
     def arguments(case_id):
         case = BY_ID[case_id]
         return [c.arguments for c in parse(case.model_output, case.request).tool_calls]
@@ -114,7 +115,11 @@ def test_both_engines_hold_a_long_call_back_to_its_close(adapter):
     def held(name):
         _, delivery, events = _streamed(name, "y_k3_long_argument")
         fed = max(len(d.text) for d in delivery.deltas)
-        return [v for v in assemble(events, fed).violations if v.kind is StreamKind.HELD_BACK]
+        return [
+            v
+            for v in assemble(events, fed, leaks=delivery.leaks).violations
+            if v.kind is StreamKind.HELD_BACK
+        ]
 
     (violation,) = held(adapter)
     assert "sent before it: 0 characters" in violation.detail
@@ -140,3 +145,47 @@ def test_each_format_is_one_record_the_corpus_and_the_stand_in_tokenizer_read():
         rule = FORMATS[case.format].verdict
         prefix, _ = rule(case.request, case.model_output, bool(case.spelled_markers))
         assert case_verdict(case).prefix == prefix == case.id[0], case.id
+
+
+def test_the_stream_judge_looks_for_the_outputs_own_markers_in_content():
+    """A delivery carries its case's format, so a K3 content delta with ``<|close|>message
+    <|sep|>`` in it (vllm-project/vllm#51412) is a ``marker-in-content`` violation, while the
+    same text in a Kimi K2 stream is ordinary content (no K2 marker in it)."""
+    from k2conform.judge.stream import assemble
+    from k2conform.model import StreamEvent, StreamKind
+
+    case = BY_ID["y_k3_think_then_call"]
+    (k3_delivery,) = modes.deliveries(
+        case.model_output, "stream-token", load_tokenizer(), format=case.format
+    )
+    (k2_delivery,) = modes.deliveries("Hello.", "stream-token", load_tokenizer())
+    assert (k3_delivery.format, k2_delivery.format) == ("k3", "k2")
+    leaked = [StreamEvent(content="Done."), StreamEvent(content="<|close|>message<|sep|>")]
+    kinds = [v.kind for v in assemble(leaked, leaks=k3_delivery.leaks).violations]
+    assert kinds == [StreamKind.MARKER_IN_CONTENT]
+    assert assemble(leaked, leaks=k2_delivery.leaks).violations == ()
+
+
+def test_marker_split_cuts_every_k3_marker_at_every_offset():
+    """``stream-marker-split`` on a K3 output splits each of its special tokens' texts at
+    every inner offset in one of its streams (before: K3 markers were never split)."""
+    from k2conform.k3 import markers as k3
+
+    case = BY_ID["y_k3_think_then_call"]
+    text = modes.engine_output(case.model_output)
+    variants = modes.deliveries(
+        case.model_output, "stream-marker-split", load_tokenizer(), format=case.format
+    )
+    assert all(v.variant != "no markers" for v in variants)
+    present = [m for m in k3.MARKERS if m in text]
+    assert {k3.OPEN, k3.CLOSE, k3.SEP} <= set(present)
+    for marker in present:
+        start = text.find(marker)
+        covered = set()
+        for delivery in variants:
+            position = 0
+            for delta in delivery.deltas:
+                position += len(delta.text)
+                if start < position < start + len(marker):
+                    covered.add(position - start)
+        assert covered == set(range(1, len(marker))), marker

@@ -64,8 +64,8 @@ def test_every_single_split_point_gives_the_one_shot_result(case):
         assert observable(split) == observable(whole), f"split at {k}"
     per_char, events = stream(text, list(text), case.request, case.format)
     assert observable(per_char) == observable(whole)
-    assert observable(assemble(events).result) == observable(whole)
-    assert assemble(events).violations == ()
+    assert observable(assemble(events, leaks=markers.LEAK_MARKERS).result) == observable(whole)
+    assert assemble(events, leaks=markers.LEAK_MARKERS).violations == ()
 
 
 @given(st.sampled_from(CORPUS.completions), st.data())
@@ -74,7 +74,7 @@ def test_any_chunking_of_corpus_cases_gives_the_one_shot_result(case, data):
     result, events = stream(case.model_output, deltas, case.request, case.format)
     whole = PARSERS[case.format][1](case.model_output, case.request)
     assert observable(result) == observable(whole)
-    assembled = assemble(events)
+    assembled = assemble(events, leaks=markers.LEAK_MARKERS)
     assert observable(assembled.result) == observable(whole)
     assert assembled.violations == ()
 
@@ -86,7 +86,7 @@ def test_render_then_parse_round_trips(generated, data):
         result, events = stream(generated.text, deltas, generated.request)
         assert result.tool_calls == generated.calls
         assert result.content == generated.content
-        assert observable(assemble(events).result) == observable(result)
+        assert observable(assemble(events, leaks=markers.LEAK_MARKERS).result) == observable(result)
 
 
 @given(completions(min_calls=1, with_markers=True), st.data())
@@ -233,7 +233,7 @@ def test_tool_choice_none_withholds_every_call_at_every_split(generated, data):
     assert all(e is None or not e.tool_calls for e in events)
     assert (result.content, result.reasoning) == (expected.content, expected.reasoning)
     assert ("REQUEST.tool-choice-none" in result.meta["policies"]) == bool(expected.tool_calls)
-    assembled = assemble(events).result
+    assembled = assemble(events, leaks=markers.LEAK_MARKERS).result
     assert observable(assembled) == observable(result)
 
 
@@ -261,7 +261,7 @@ def test_force_nonempty_content_gives_reasoning_only_replies_content_at_every_sp
         # only a section that holds no call (its markers are in the text) answers such a reply
         sections = (markers.SECTION_BEGIN, markers.SECTION_BEGIN_SINGULAR, markers.CALL_BEGIN)
         assert not reasoning_only or any(m in generated.text for m in sections)
-    assert observable(assemble(events).result) == observable(result)
+    assert observable(assemble(events, leaks=markers.LEAK_MARKERS).result) == observable(result)
 
 
 def test_a_continued_message_is_not_part_of_the_reply_even_with_force_nonempty_content():
@@ -281,7 +281,7 @@ def test_a_continued_message_is_not_part_of_the_reply_even_with_force_nonempty_c
     for deltas in ([" and more"], list(" and more")):
         result, events = stream(" and more", deltas, request)
         assert observable(result) == observable(whole)
-        assert observable(assemble(events).result) == observable(whole)
+        assert observable(assemble(events, leaks=markers.LEAK_MARKERS).result) == observable(whole)
 
 
 def test_the_parsers_patterns_hold_no_possessive_repeat():

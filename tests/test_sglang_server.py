@@ -19,6 +19,7 @@ from k2conform.delivery.modes import deliveries
 from k2conform.adapter.harness import execute
 from k2conform.model import Delta, Request, WireKind
 from k2conform.judge.stream import assemble
+from k2conform.markers import LEAK_MARKERS
 
 GOLDEN = [
     "y_spec_single_call",
@@ -97,7 +98,7 @@ def test_stream_opens_with_the_role_chunk_and_ids_once(adapter, tokenizer):
     assert (
         events[0].content == "" and not events[0].tool_calls
     )  # _generate_chat_stream's first chunk
-    got = assemble(events)
+    got = assemble(events, leaks=LEAK_MARKERS)
     assert not got.violations
     assert [(c.id, c.name, c.arguments) for c in got.result.tool_calls] == [
         ("functions.get_weather:0", "get_weather", '{"city": "Paris"}')
@@ -117,7 +118,8 @@ def test_thinking_routes_reasoning_through_the_configured_parser(adapter, tokeni
     streamed = assemble(
         adapter.parse_stream(
             request, [Delta(p, (i,)) for i, p in tokenizer.tokenize_spans(text)]
-        ).events
+        ).events,
+        leaks=LEAK_MARKERS,
     )
     assert streamed.result.reasoning == "Need the weather." and len(streamed.result.tool_calls) == 1
 

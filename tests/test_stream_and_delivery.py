@@ -15,6 +15,7 @@ from k2conform.model import (
     ToolCallDelta,
 )
 from k2conform.judge.stream import assemble
+from k2conform.markers import LEAK_MARKERS
 from k2conform.delivery.tokenizer import load_tokenizer
 
 TOKENIZER = load_tokenizer()
@@ -32,7 +33,7 @@ def test_client_reassembly_keeps_first_id_and_name_and_concatenates_arguments():
         StreamEvent(tool_calls=(ToolCallDelta(0, arguments=": 1}"),)),
         None,
     ]
-    assembled = assemble(events)
+    assembled = assemble(events, leaks=LEAK_MARKERS)
     assert assembled.violations == ()
     assert assembled.result.tool_calls == (ToolCall("f", '{"a": 1}', "functions.f:0"),)
     assert assembled.result.content == "Hi" and assembled.chunks == 3
@@ -45,7 +46,7 @@ def test_stream_invariant_violations_are_reported():
         StreamEvent(tool_calls=(ToolCallDelta(1, "a", "f", ""),)),
         StreamEvent(tool_calls=(ToolCallDelta(2, None, None, "{}"),)),
     ]
-    text = " | ".join(map(str, assemble(events).violations))
+    text = " | ".join(map(str, assemble(events, leaks=LEAK_MARKERS).violations))
     for expected in (
         "marker bytes in a content delta",
         "not contiguous",
@@ -121,9 +122,9 @@ def test_reasoning_fragments_are_concatenated_apart_from_content():
         StreamEvent(reasoning="weather."),
         StreamEvent(content="re."),
     ]
-    assembled = assemble(events)
+    assembled = assemble(events, leaks=LEAK_MARKERS)
     assert (assembled.result.reasoning, assembled.result.content) == ("Need weather.", "Sure.")
-    assert assemble([StreamEvent(content="x")]).result.reasoning is None
+    assert assemble([StreamEvent(content="x")], leaks=LEAK_MARKERS).result.reasoning is None
 
 
 def test_a_late_id_and_name_are_kept_as_a_client_keeps_them_and_reported():
@@ -134,7 +135,8 @@ def test_a_late_id_and_name_are_kept_as_a_client_keeps_them_and_reported():
             ToolCallDelta(0, None, None, '{"a"'),
             ToolCallDelta(0, "functions.f:0", "f", ": 1}"),
             ToolCallDelta(0, "call_9", "g", ""),
-        )
+        ),
+        leaks=LEAK_MARKERS,
     )
     assert assembled.result.tool_calls == (ToolCall("f", '{"a": 1}', "functions.f:0"),)
     assert assembled.violations[0] == StreamViolation(
@@ -148,7 +150,9 @@ def test_a_late_id_and_name_are_kept_as_a_client_keeps_them_and_reported():
 
 
 def test_a_call_whose_name_never_arrives_is_named_empty():
-    assembled = assemble(_call_deltas(ToolCallDelta(0, "functions.f:0", None, "{}")))
+    assembled = assemble(
+        _call_deltas(ToolCallDelta(0, "functions.f:0", None, "{}")), leaks=LEAK_MARKERS
+    )
     assert assembled.result.tool_calls == (ToolCall("", "{}", "functions.f:0"),)
     assert [str(v) for v in assembled.violations] == ["chunk 1: first delta of index 0 has no name"]
 
@@ -157,21 +161,29 @@ def test_a_late_id_is_reported_as_late_not_as_sent_again():
     late_id = _call_deltas(
         ToolCallDelta(0, None, "f", "{"), ToolCallDelta(0, "functions.f:0", None, "}")
     )
-    violations = assemble(late_id).violations
+    violations = assemble(late_id, leaks=LEAK_MARKERS).violations
     assert [v.kind for v in violations] == [StreamKind.ID_LATE], violations
     assert str(violations[0]) == "chunk 2: id of index 0 first sent after its first delta"
-    assert assemble(late_id).result.tool_calls[0].id == "functions.f:0"  # the client still gets it
+    assert (
+        assemble(late_id, leaks=LEAK_MARKERS).result.tool_calls[0].id == "functions.f:0"
+    )  # the client still gets it
 
 
 def test_the_finish_reason_is_kept_and_nothing_may_follow_its_chunk():
-    done = assemble([StreamEvent(content="Hi"), StreamEvent(finish_reason="stop")])
+    done = assemble(
+        [StreamEvent(content="Hi"), StreamEvent(finish_reason="stop")], leaks=LEAK_MARKERS
+    )
     assert done.violations == () and done.result.meta == {"finish_reason": "stop"}
-    late = assemble([StreamEvent(finish_reason="tool_calls"), StreamEvent(content="x")])
+    late = assemble(
+        [StreamEvent(finish_reason="tool_calls"), StreamEvent(content="x")], leaks=LEAK_MARKERS
+    )
     assert [(v.kind, str(v)) for v in late.violations] == [
         (StreamKind.AFTER_FINISH, "chunk 2: sent after the chunk with finish_reason 'tool_calls'")
     ]
-    assert assemble([StreamEvent(content="Hi")]).result.meta == {}
-    trailing = assemble([StreamEvent(finish_reason="stop"), StreamEvent(content="x")])
+    assert assemble([StreamEvent(content="Hi")], leaks=LEAK_MARKERS).result.meta == {}
+    trailing = assemble(
+        [StreamEvent(finish_reason="stop"), StreamEvent(content="x")], leaks=LEAK_MARKERS
+    )
     assert trailing.result.meta == {"finish_reason": "stop"}  # a trailing chunk keeps it
 
 
@@ -296,7 +308,7 @@ def test_a_long_argument_delta_from_a_finely_fed_stream_is_held_back():
             StreamEvent(tool_calls=(ToolCallDelta(0, "c", "f", '{"a": "'),)),
             StreamEvent(tool_calls=(ToolCallDelta(0, arguments="x" * size),)),
         ]
-        return [v.kind for v in assemble(events, fed).violations]
+        return [v.kind for v in assemble(events, fed, leaks=LEAK_MARKERS).violations]
 
     assert kinds(HELD_BACK, 1) == [StreamKind.HELD_BACK]
     assert kinds(HELD_BACK - 1, 1) == []
@@ -315,7 +327,7 @@ def test_a_hold_back_is_a_delta_over_twice_what_the_call_sent_before():
         opened = StreamEvent(tool_calls=(ToolCallDelta(0, "c", "f", ""),))
         pieces = [StreamEvent(tool_calls=(ToolCallDelta(0, arguments="x" * 8),))] * 64
         last = StreamEvent(tool_calls=(ToolCallDelta(0, arguments="y" * size),))
-        return [v.kind for v in assemble([opened, *pieces, last], 8).violations]
+        return [v.kind for v in assemble([opened, *pieces, last], 8, leaks=LEAK_MARKERS).violations]
 
     assert 2 * 64 * 8 == HELD_BACK
     assert kinds(HELD_BACK) == []
@@ -349,9 +361,11 @@ def test_a_long_delta_that_repeats_what_was_streamed_is_no_hold_back():
     ]
     events = [StreamEvent(tool_calls=(ToolCallDelta(0, "c", "f", ""),)), *streamed]
     resent = StreamEvent(tool_calls=(ToolCallDelta(0, arguments="x" * HELD_BACK * 8),))
-    assert assemble([*events, resent], 8).violations == ()
+    assert assemble([*events, resent], 8, leaks=LEAK_MARKERS).violations == ()
     half = [events[0], *streamed[: HELD_BACK // 8], resent]  # held back most of it
-    assert [v.kind for v in assemble(half, 8).violations] == [StreamKind.HELD_BACK]
+    assert [v.kind for v in assemble(half, 8, leaks=LEAK_MARKERS).violations] == [
+        StreamKind.HELD_BACK
+    ]
 
 
 def test_liveness_is_not_judged_on_an_open_point():

@@ -35,6 +35,8 @@ class Format:
     special_tokens: tuple[str, ...]
     #: Marker bytes that never belong in content or reasoning: where they show, markup leaked.
     leak_markers: tuple[str, ...]
+    #: The markers whose every inner split point ``stream-marker-split`` exercises.
+    split_markers: tuple[str, ...]
     markup: Markup
     #: The id a call's own text gives it (matched whole; groups ``name`` and ``index``), which
     #: the model reads back in history; None: the format writes no id, a server mints it.
@@ -116,6 +118,7 @@ FORMATS: dict[str, Format] = {
         markers.FORMAT,
         tuple(markers.SPECIAL_TOKEN_IDS),
         markers.LEAK_MARKERS,
+        (*markers.LEAK_MARKERS, markers.IM_END, markers.THINK_BEGIN, markers.THINK_END),
         Markup(markers.SECTION_BEGIN, markers.SECTION_END, markers.CALL_BEGIN, markers.CALL_END),
         markers.CALL_ID,
         False,
@@ -127,6 +130,7 @@ FORMATS: dict[str, Format] = {
     ),
     k3.FORMAT: Format(
         k3.FORMAT,
+        k3.MARKERS,
         k3.MARKERS,
         k3.MARKERS,
         Markup(k3.opener("tools"), k3.closer("tools"), k3.OPEN + "call", k3.closer("call")),

@@ -58,15 +58,15 @@ def guarded(call: Callable[[], T]) -> T | Result:
 
 
 def _assembled(
-    reply: list[StreamEvent] | StreamReply, fed: int | None
+    reply: list[StreamEvent] | StreamReply, fed: int | None, leaks: Sequence[str]
 ) -> tuple[Assembled, tuple[WireViolation, ...]]:
     """The stream as a client reassembles it, and the wire violations a server adapter read.
     (Called on the adapter's reply, not around the call: the parser runs at the stack depth
     it always ran at, which decides where a deeply nested output hits Python's recursion
     limit.)"""
     if isinstance(reply, StreamReply):
-        return assemble(reply.events, fed), reply.wire
-    return assemble(reply, fed), ()
+        return assemble(reply.events, fed, leaks=leaks), reply.wire
+    return assemble(reply, fed, leaks=leaks), ()
 
 
 def interleave(
@@ -106,7 +106,7 @@ def _isolated(
         )
         if (difference := _first_difference(beside, alone))
     ]
-    assembled = assemble(own, delivery.fed)
+    assembled = assemble(own, delivery.fed, leaks=delivery.leaks)
     return replace(assembled, violations=assembled.violations + tuple(crossed)), ()
 
 
@@ -129,9 +129,9 @@ def _concurrent(
     invariants it broke: how a loaded server groups tokens into chunks may differ, what the
     client assembles may not).  The result is the first copy that differs, else the one
     alone."""
-    alone = _assembled(adapter.parse_stream(request, delivery.deltas), delivery.fed)
+    alone = _assembled(adapter.parse_stream(request, delivery.deltas), delivery.fed, delivery.leaks)
     together = [
-        _assembled(reply, delivery.fed)
+        _assembled(reply, delivery.fed, delivery.leaks)
         for reply in adapter.parse_concurrent(request, delivery.deltas, delivery.copies)
     ]
     crossed = [
@@ -193,7 +193,11 @@ def execute(adapter: Adapter, request: Request, delivery: Delivery) -> Result:
     parser made of it is not judged, only whether it then crashed (``meta.prelude``)."""
     prelude = None
     if delivery.prelude:
-        earlier = guarded(lambda: _assembled(adapter.parse_stream(request, delivery.prelude), None))
+        earlier = guarded(
+            lambda: _assembled(
+                adapter.parse_stream(request, delivery.prelude), None, delivery.leaks
+            )
+        )
         prelude = earlier.outcome.value if isinstance(earlier, Result) else "ok"
     if delivery.streaming:
         streamed = guarded(
@@ -201,7 +205,11 @@ def execute(adapter: Adapter, request: Request, delivery: Delivery) -> Result:
             if delivery.partner
             else (lambda: _concurrent(adapter, request, delivery))
             if delivery.copies
-            else (lambda: _assembled(adapter.parse_stream(request, delivery.deltas), delivery.fed))
+            else (
+                lambda: _assembled(
+                    adapter.parse_stream(request, delivery.deltas), delivery.fed, delivery.leaks
+                )
+            )
         )
         if isinstance(streamed, Result):
             result = streamed

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol, Sequence
 
 from k2conform import formats
@@ -239,13 +239,6 @@ MOST_COALESCED = 8
 CONCURRENT_STREAMS = 8
 MARKER_SPLIT_STRIDE = 9
 
-#: Markers whose every inner split point stream-marker-split exercises.
-SPLIT_MARKERS: tuple[str, ...] = markers.LEAK_MARKERS + (
-    markers.IM_END,
-    markers.THINK_BEGIN,
-    markers.THINK_END,
-)
-
 
 class Tokenizer(Protocol):
     def tokenize_spans(self, text: str, spelled: Sequence[int] = ()) -> list[tuple[int, str]]: ...
@@ -269,6 +262,13 @@ class Delivery:
     longest_token: int | None = None
     #: Sent this many times at once, after once alone (``server-concurrent``; 0: once)
     copies: int = 0
+    #: The output's format (``k2conform.formats``): which marker bytes must not reach content.
+    format: str = markers.FORMAT
+
+    @property
+    def leaks(self) -> tuple[str, ...]:
+        """The marker texts a content delta of this output must not carry."""
+        return formats.FORMATS[self.format].leak_markers
 
     @property
     def fed(self) -> int:
@@ -336,7 +336,23 @@ def deliveries(
     """The deliveries of ``text`` in ``mode`` (marker splits give several; others one);
     ``tool`` names the call ``stream-after-cutoff``'s prelude cuts off and
     ``stream-interleaved``'s partner makes, in the case's ``format``; ``spelled``: the
-    offsets of markers written from ordinary pieces (``CompletionCase.spelled_markers``)."""
+    offsets of markers written from ordinary pieces (``CompletionCase.spelled_markers``).
+    Each delivery carries the ``format``: the markers its stream judge looks for in content."""
+    made = _deliveries(text, mode, tokenizer, seed, recorded, burst, tool, spelled, format)
+    return [replace(delivery, format=format) for delivery in made]
+
+
+def _deliveries(
+    text: str,
+    mode: str,
+    tokenizer: Tokenizer,
+    seed: int,
+    recorded: Sequence[str] | None,
+    burst: int,
+    tool: str,
+    spelled: Sequence[int],
+    format: str,
+) -> list[Delivery]:
     text = engine_output(text)
     spelled = tuple(at for at in spelled if at < len(text))
     if spelled and mode in TEXT_LEVEL_MODES:
@@ -385,7 +401,7 @@ def deliveries(
             cuts.append(position)
         return [Delivery(mode, cut(text, cuts), variant=f"seed={seed}", seed=seed)]
     if mode == "stream-marker-split":
-        return _marker_splits(text, spans)
+        return _marker_splits(text, spans, format)
     if mode == "stream-recorded":
         if recorded is None:
             return []
@@ -461,7 +477,7 @@ def _held_back(spans: list[tuple[int, str]], holdback: int, step: int) -> tuple[
     return tuple(deltas)
 
 
-def _marker_splits(text: str, spans: list[tuple[int, str]]) -> list[Delivery]:
+def _marker_splits(text: str, spans: list[tuple[int, str]], format: str) -> list[Delivery]:
     """Every offset inside every marker is a delta boundary in exactly one of the streams.
 
     Stream k cuts every marker after its k-th, (k+STRIDE)-th, (k+2·STRIDE)-th …
@@ -470,7 +486,7 @@ def _marker_splits(text: str, spans: list[tuple[int, str]]) -> list[Delivery]:
     costs one delta, not one per token: the mode is about the split points inside markers.
     """
     occurrences = []
-    for marker in SPLIT_MARKERS:
+    for marker in formats.FORMATS[format].split_markers:
         start = text.find(marker)
         while start >= 0:
             occurrences.append((start, marker))

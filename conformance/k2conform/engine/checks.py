@@ -322,7 +322,7 @@ def _ask_stream(
         )
         reasoning = getattr(delta, "reasoning_content", None) or getattr(delta, "reasoning", None)
         events.append(StreamEvent(content=delta.content, reasoning=reasoning, tool_calls=calls))
-    assembled = assemble(events, LIVE_CHUNK_CHARS)
+    assembled = assemble(events, LIVE_CHUNK_CHARS, leaks=FORMATS[probe.format].leak_markers)
     calls = [
         {"id": c.id, "name": c.name, "arguments": c.arguments} for c in assembled.result.tool_calls
     ]

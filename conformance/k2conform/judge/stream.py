@@ -12,9 +12,8 @@ a call's arguments go out as they come (:data:`HELD_BACK`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Iterable, Sequence
 
-from k2conform.markers import LEAK_MARKERS
 from k2conform.model import (
     Result,
     StreamEvent,
@@ -52,10 +51,13 @@ class Assembled:
     chunks: int
 
 
-def assemble(events: Iterable[StreamEvent | None], fed: int | None = None) -> Assembled:
+def assemble(
+    events: Iterable[StreamEvent | None], fed: int | None = None, *, leaks: Sequence[str]
+) -> Assembled:
     """The result a client ends up with, plus every stream invariant the events broke;
     ``fed``: the longest delta of model output the stream was made from (None: unknown, no
-    liveness check)."""
+    liveness check); ``leaks``: the marker texts of the output's format that must not reach a
+    content delta (:attr:`k2conform.formats.Format.leak_markers`)."""
     content: list[str | None] = []
     reasoning: list[str | None] = []
     calls: dict[int, _Assembling] = {}
@@ -80,7 +82,7 @@ def assemble(events: Iterable[StreamEvent | None], fed: int | None = None) -> As
             finish_reason = event.finish_reason
         content.append(event.content)
         reasoning.append(event.reasoning)
-        if event.content and any(m in event.content for m in LEAK_MARKERS):
+        if event.content and any(m in event.content for m in leaks):
             broke(StreamKind.MARKER_IN_CONTENT, "marker bytes in a content delta")
         for delta in event.tool_calls:
             call = calls.get(delta.index)
