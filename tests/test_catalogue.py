@@ -308,3 +308,31 @@ def test_a_report_without_a_script_is_no_script_not_unreproduced(
 
     monkeypatch.setattr(k2conform.report_finding.cli, "cmd_report_finding", report_finding)
     assert write_report("vllm", path, seed=1, timeout=5.0, run_script=True) == state
+
+
+def test_a_k3_behaviour_is_catalogued_as_a_k3_case(corpus, tmp_path):
+    """The catalogue case keeps its source's format: a K3 output written as a K2 case would be
+    delivered and judged with K2's markers (no K3 marker split, none looked for in content)."""
+    case = next(
+        c for c in corpus.completions if c.id == "n_k3_message_close_without_response_close"
+    )
+    adapter = create_adapter("vllm-k3")
+    availability = load(adapter)
+    if availability.status != "ok":
+        pytest.skip(f"vllm-k3 is not installed here: {availability.reason}")
+    cell = run_cell(adapter, case, "stream-token", CellSettings(), availability)
+    assert "stream-invariant" in cell.fields  # the K3 marker reaches content (vllm#51399)
+    row = adapter_row(adapter, (availability.status, availability.reason))
+    document = build_results([cell], [case], [row], 0, ("stream-token",), 0.0, 0).to_json()
+    build([("results.json", document)], [], tmp_path, {case.id: case}, reports=False,
+          say=lambda _: None)  # fmt: skip
+    (entry,) = read_catalogue(tmp_path)
+    assert entry.case.format == case.format == "k3"
+    again = run_cell(adapter, entry.case, entry.finding["delivery"], CellSettings())
+    assert (again.outcome.value, list(again.fields)) == (cell.outcome.value, list(cell.fields))
+
+
+def test_every_shipped_catalogue_case_is_in_a_format_its_adapter_parses():
+    root = Path(__file__).resolve().parent.parent / "corpus" / "findings" / "catalogue"
+    for entry in read_catalogue(root):
+        assert entry.case.format in create_adapter(entry.adapter).formats, entry.case.id

@@ -212,7 +212,7 @@ def build_one(
     pieces = (
         tuple(d.text for d in modes.cut(source.model_output, cuts)) if cuts is not None else None
     )
-    unminimised = replace(source, deltas=pieces)
+    unminimised = replace(source, deltas=pieces, spelled_markers=spelled)
     bases = [(unminimised, False)]
     if small is not None:
         probe = engine.observe(small.request, small.text, run_mode, small.cuts, small.spelled)
@@ -288,6 +288,8 @@ def _catalogue_case(
         base.deltas,
         base.expected,
         {"class": CLASS, "seed": seed, "finding": finding},
+        format=base.format,
+        spelled_markers=base.spelled_markers,
     )
 
 
