@@ -164,28 +164,3 @@ def test_the_stream_judge_looks_for_the_outputs_own_markers_in_content():
     kinds = [v.kind for v in assemble(leaked, leaks=k3_delivery.leaks).violations]
     assert kinds == [StreamKind.MARKER_IN_CONTENT]
     assert assemble(leaked, leaks=k2_delivery.leaks).violations == ()
-
-
-def test_marker_split_cuts_every_k3_marker_at_every_offset():
-    """``stream-marker-split`` on a K3 output splits each of its special tokens' texts at
-    every inner offset in one of its streams (before: K3 markers were never split)."""
-    from k2conform.k3 import markers as k3
-
-    case = BY_ID["y_k3_think_then_call"]
-    text = modes.engine_output(case.model_output)
-    variants = modes.deliveries(
-        case.model_output, "stream-marker-split", load_tokenizer(), format=case.format
-    )
-    assert all(v.variant != "no markers" for v in variants)
-    present = [m for m in k3.MARKERS if m in text]
-    assert {k3.OPEN, k3.CLOSE, k3.SEP} <= set(present)
-    for marker in present:
-        start = text.find(marker)
-        covered = set()
-        for delivery in variants:
-            position = 0
-            for delta in delivery.deltas:
-                position += len(delta.text)
-                if start < position < start + len(marker):
-                    covered.add(position - start)
-        assert covered == set(range(1, len(marker))), marker

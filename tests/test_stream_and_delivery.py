@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from k2conform import markers
+from k2conform.k3 import markers as k3
 from k2conform.delivery.modes import MODES, TOKEN_ALIGNED_MODES, case_seed, deliveries
 from k2conform.model import (
     Delta,
@@ -78,11 +79,28 @@ def test_token_mode_sends_markers_as_single_tokens_and_split_characters_as_empty
     assert any(d.text == "" for d in delivery.deltas), "a multi-byte character split across tokens"
 
 
-def test_marker_split_cuts_every_marker_at_every_offset():
-    variants = deliveries(TEXT, "stream-marker-split", TOKENIZER)
-    assert len(variants) == 9
-    for marker in markers.TOOL_MARKERS:
-        start = TEXT.find(marker)
+#: A Kimi K3 output with a call: its four special tokens, each to be split at every offset.
+K3_TEXT = (
+    "r" + k3.closer("think") + k3.opener("tools")
+    + k3.opener("call", {"tool": "get_weather", "index": "1"})
+    + k3.opener("argument", {"key": "city", "type": "string"}) + "Zürich"
+    + k3.closer("argument") + k3.closer("call") + k3.closer("tools") + k3.closer("message")
+    + k3.END_OF_MSG
+)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("text", "format", "marker_texts", "streams"),
+    [(TEXT, "k2", markers.TOOL_MARKERS, 9), (K3_TEXT, "k3", k3.MARKERS, 9)],
+    ids=["k2", "k3"],
+)
+def test_marker_split_cuts_every_marker_at_every_offset(text, format, marker_texts, streams):
+    """Each format's own markers (K3's were never split before 7 Dec 2026)."""
+    variants = deliveries(text, "stream-marker-split", TOKENIZER, format=format)
+    assert len(variants) == streams and {v.format for v in variants} == {format}
+    for marker in marker_texts:
+        start = text.find(marker)
+        assert start >= 0, marker
         covered = set()
         for delivery in variants:
             position = 0
