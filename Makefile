@@ -57,9 +57,8 @@ test: setup
 # worker more than JOBS: these tests wait (on servers, subprocesses, deadlines) often enough
 # that two workers kept the 2 cores busy 73 % of the time (7 Dec 2026: 1,138 s of CPU in 781 s).
 LANES_JOBS ?= $(if $(filter auto logical,$(JOBS)),$(JOBS),$(shell echo $$(($(JOBS) + 1))))
-test-lanes: PYTEST = $(BIN)/python -m pytest -n $(LANES_JOBS)
 test-lanes: setup servers grammars parsers-extra
-	$(PYTEST) --dist loadgroup -m "server or grammar or extra or slow"
+	$(BIN)/python -m pytest -n $(LANES_JOBS) --dist loadgroup -m "server or grammar or extra or slow"
 
 # The grammar lane: each engine's grammar against its own parser (docs/grammar.md), gated by
 # its own reviewed baseline.
