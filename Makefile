@@ -53,12 +53,9 @@ test: setup
 	$(PYTEST) --dist loadfile -m "$(DEV_LANE)"
 
 # The other lanes' tests (.ci/run runs them after `make test`): the real vLLM server, the
-# grammars, the extra parsers and the older releases, and the slow whole-corpus tests.  One
-# worker more than JOBS: these tests wait (on servers, subprocesses, deadlines) often enough
-# that two workers kept the 2 cores busy 73 % of the time (7 Dec 2026: 1,138 s of CPU in 781 s).
-LANES_JOBS ?= $(if $(filter auto logical,$(JOBS)),$(JOBS),$(shell echo $$(($(JOBS) + 1))))
+# grammars, the extra parsers and the older releases, and the slow whole-corpus tests.
 test-lanes: setup servers grammars parsers-extra
-	$(BIN)/python -m pytest -n $(LANES_JOBS) --dist loadgroup -m "server or grammar or extra or slow"
+	$(PYTEST) --dist loadgroup -m "server or grammar or extra or slow"
 
 # The grammar lane: each engine's grammar against its own parser (docs/grammar.md), gated by
 # its own reviewed baseline.
