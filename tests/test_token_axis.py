@@ -140,6 +140,38 @@ def test_vllms_stream_loses_the_call_when_its_begin_marker_is_spelled(vllm):
     assert run_cell(vllm, _case(), "whole").outcome.value == "impl-defined"
 
 
+def test_a_spelled_k3_think_closer_keeps_vllms_k3_stream_in_think(corpus):
+    """The K3 corpus's spelled think closer (``i_k3_spelled_think_close``): its token-aligned
+    deliveries send the ``<|close|>`` as ordinary ids; vLLM's K3 stream leaves think on the
+    closer's ids only, so it loses the call and streams the tools markup as content, while its
+    one-shot parse and SGLang's K3 stream (text) keep the call.  Unspelled, vLLM's stream
+    agrees with its one-shot parse."""
+    pytest.importorskip("vllm")
+    pytest.importorskip("sglang")
+    from k2conform.adapter.registry import create_adapter, load
+    from k2conform.run.cell import run_cell
+
+    case = next(c for c in corpus.completions if c.id == "i_k3_spelled_think_close")
+    assert case.model_output[case.spelled_markers[0] :].startswith("<|close|>think")
+    tokenizer = load_tokenizer()
+    [close] = tokenizer.encode("<|close|>")
+    spelled = [i for i, _ in tokenizer.tokenize_spans(case.model_output, case.spelled_markers)]
+    plain = [i for i, _ in tokenizer.tokenize_spans(case.model_output)]
+    assert spelled.count(close) == plain.count(close) - 1
+    vllm, sglang = create_adapter("vllm-k3"), create_adapter("sglang-k3")
+    assert load(vllm).status == "ok" and load(sglang).status == "ok"
+    streamed = run_cell(vllm, case, "stream-token")
+    assert streamed.outcome.value == "differs" and "stream-invariant" in streamed.fields
+    assert not streamed.observed.tool_calls
+    assert "<|open|>tools<|sep|>" in streamed.observed.content
+    for adapter, mode in ((vllm, "whole"), (sglang, "stream-token")):
+        kept = run_cell(adapter, case, mode)
+        assert kept.outcome.value == "impl-defined", (adapter.name, mode, kept.fields)
+        assert [c.name for c in kept.observed.tool_calls] == ["get_weather"]
+    unspelled = replace(case, id="y_k3_unspelled_think_close", spelled_markers=())
+    assert run_cell(vllm, unspelled, "stream-token").outcome.value == "agree"
+
+
 # -- the fuzzer ----------------------------------------------------------------------------------
 
 

@@ -31,7 +31,7 @@ from k2conform.case.corpus import (
 from k2conform.judge.compare import compare_results
 from k2conform.k3.markers import CLOSE, END_OF_MSG, FORMAT, OPEN, SEP, closer, opener
 from k2conform.k3.parser import parse
-from k2conform.k3.verdict import verdict
+from k2conform.formats import FORMATS
 from k2conform.model import Request, dumps_canonical
 
 BASE_SEED = 20261205
@@ -53,6 +53,7 @@ THREADS = {
     "unstreamed-args": "https://github.com/vllm-project/vllm/issues/50604",
     "global-index": "https://github.com/sgl-project/sglang/issues/39897",
     "tool-attr-lt": "https://github.com/NVIDIA/TensorRT-LLM/pull/17845",
+    "spelled": "https://github.com/sgl-project/sglang/pull/32677",
 }
 
 WEATHER = {
@@ -649,16 +650,69 @@ def _table(rng: random.Random) -> Iterator[tuple[str, str, str, str, Mapping[str
         )
 
 
+def _spelled_table() -> Iterator[tuple[str, str, str, Mapping[str, Any], str, str]]:
+    """(id, description, request fields, model output, marker, text before it) per case
+    whose marker at the first ``marker`` after that text the model wrote from ordinary
+    pieces, not its special token: the text is a well-formed output's, the token ids are not
+    (sgl-project/sglang PR #32677).  Whether such a marker is structure is the engine's
+    choice (``i_``); token-aligned deliveries only."""
+    think = {"thinking": True}
+    call_output = f"r{THINK_END}{tools(PARIS)}{MESSAGE_END}"
+    yield (
+        "i_k3_spelled_think_close",
+        "The think closer's <|close|> written from ordinary pieces, then a call",
+        think,
+        call_output,
+        CLOSE,
+        "r",
+    )
+    yield (
+        "i_k3_spelled_tools_open",
+        "The tools channel's <|open|> written from ordinary pieces",
+        think,
+        call_output,
+        OPEN,
+        f"r{THINK_END}",
+    )
+    yield (
+        "i_k3_spelled_call_sep",
+        "The <|sep|> that ends the call's opener written from ordinary pieces",
+        think,
+        call_output,
+        SEP,
+        f"r{THINK_END}{TOOLS_OPEN}{OPEN}call",
+    )
+    yield (
+        "i_k3_spelled_message_close",
+        "Thinking off: the message closer's <|close|> written from ordinary pieces",
+        {"thinking": False},
+        f"Hi{RESPONSE_END}{MESSAGE_END}",
+        CLOSE,
+        f"Hi{RESPONSE_END}",
+    )
+
+
+def _rows(
+    rng: random.Random,
+) -> Iterator[tuple[str, str, str, str, Mapping[str, Any], str, tuple[int, ...]]]:
+    """Every case's row: the table's, then the spelled markers' (with their offsets)."""
+    for row in _table(rng):
+        yield (*row, ())
+    for case_id, description, fields, output, marker, before in _spelled_table():
+        at = output.index(marker, len(before))
+        yield (case_id, "K3.spelled", description, THREADS["spelled"], fields, output, (at,))
+
+
 def generate(seed: int = BASE_SEED) -> list[CompletionCase]:
     rng = random.Random(seed)
     cases = []
-    for case_id, klass, description, source, fields, output in _table(rng):
+    for case_id, klass, description, source, fields, output, spelled in _rows(rng):
         request = Request(
             tools=fields.get("tools", TOOLS),
             tool_choice=fields.get("tool_choice", "auto"),
             thinking=fields["thinking"],
         )
-        prefix, reasons = verdict(request, output)
+        prefix, reasons = FORMATS[FORMAT].verdict(request, output, bool(spelled))
         if prefix != case_id[0]:
             raise AssertionError(f"{case_id}: the verdict rule gives {prefix}_: {reasons}")
         result = parse(output, request)
@@ -675,6 +729,7 @@ def generate(seed: int = BASE_SEED) -> list[CompletionCase]:
                 expected,
                 {"class": klass, "seed": seed},
                 format=FORMAT,
+                spelled_markers=spelled,
             )
         )
     return cases
