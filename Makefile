@@ -12,7 +12,7 @@ JOBS ?= 2
 # Environments built at once by `make parsers-extra` (.ci/run: 1 on a small disk).
 SETUP_JOBS ?= $(JOBS)
 
-.PHONY: setup servers grammars matrix matrix-servers matrix-grammar test test-lanes test-llama-cpp fuzz bench clean parsers-extra matrix-extra matrix-extra-parsers matrix-releases matrix-releases-guard matrix-servers-guard matrix-extra-parsers-guard server-runs server-lane server-lane-guard test-extra llama-cpp matrix-llama-cpp
+.PHONY: setup servers grammars matrix matrix-servers matrix-grammar test test-lanes test-llama-cpp fuzz bench clean parsers-extra matrix-extra matrix-extra-parsers matrix-releases matrix-releases-guard matrix-servers-guard matrix-extra-parsers-guard server-runs server-turn server-lane server-lane-guard test-extra llama-cpp matrix-llama-cpp
 
 setup: $(STAMP)
 
@@ -69,7 +69,7 @@ matrix-grammar: grammars
 GUARD_CASES := --case 'y_spec_*' --case '*policy*' --case '*think*' --case '*tool_choice*'
 
 # The real-server lane: the whole corpus through the real vLLM server (both server modes; the
-# Kimi K3 cases through a second server running the kimi_k3 parsers, after the first), then
+# Kimi K3 cases through a second server running the kimi_k3 parsers, its runs after the first's), then
 # SERVER_CONCURRENT's cases in server-concurrent (each alone, then 8 copies at once; two cells a
 # time, so up to 18 requests in flight, past the 16 the server schedules), merged and gated by
 # its own reviewed baseline.  About 15 minutes on 2 cores; .ci/run runs it after the tests.
@@ -86,7 +86,7 @@ matrix-servers: setup servers
 	[ -n "$(SERVER_CASES)" ] || $(PYTHON) .ci/lanes.py record servers
 
 # The server lane's guard: the real server on the guard's cases, every server-only case (the
-# server and request-level cases) and every Kimi K3 case (62, the K3 server's whole lane).
+# server and request-level cases) and every Kimi K3 case (66, the K3 server's whole lane).
 # tests/test_vllm_server.py runs it (server-lane-guard) and tests what the servers did in it, so
 # the servers start once for the tests and the guard: .ci/run runs no second guard.
 SERVER_GUARD := $(GUARD_CASES) --case '*server*' --case 'y_request_*' --case '*_k3_*'
@@ -103,11 +103,23 @@ SERVER_REPORT ?= report/servers
 # and 59-68 s at nice 19, both faster (7 Dec 2026, 2 cores, two trials each; nice 10: 49 s and
 # 81 s).  On an idle machine it changes nothing.
 SERVER_NICE ?= nice -n 19
+# The servers start at once (a start is about 50 s, mostly three processes importing vLLM, one
+# core each; an idle server does not spin), then take turns: a server's runs wait until the
+# session before it has ended (its file in SERVER_REPORT/turns), since two servers generating
+# at once starve each other on 2 cores.  A background job ignores Ctrl-C, so the trap passes an
+# interrupt on to the sessions, which stop their servers.
+SERVERS := vllm-server vllm-server-k3
 server-lane:
-	for server in vllm-server vllm-server-k3; do \
+	rm -rf $(SERVER_REPORT)/turns; mkdir -p $(SERVER_REPORT)/turns; pids=; previous=; \
+	trap 'kill $$pids 2>/dev/null; wait; exit 2' INT TERM; \
+	for server in $(SERVERS); do \
 		$(SERVER_NICE) $(BIN)/k2conform session --adapter $$server --run-dir $(SERVER_REPORT) \
-			-- $(MAKE) --no-print-directory server-runs SERVER=$$server || exit 2; \
-	done  # one server at a time: two at once starve each other on 2 cores
+			-- $(MAKE) --no-print-directory server-turn SERVER=$$server AFTER=$$previous & \
+		pids="$$pids $$!"; previous=$$server; \
+	done; \
+	status=0; set -- $(SERVERS); for pid in $$pids; do \
+		wait $$pid || status=2; touch $(SERVER_REPORT)/turns/$$1; shift; \
+	done; [ $$status -eq 0 ] || exit 2
 	$(BIN)/k2conform merge $(SERVER_REPORT)/vllm-server-concurrent.json \
 		$(SERVER_REPORT)/vllm-server-k3-concurrent.json --json $(SERVER_REPORT)/concurrent.json; \
 		[ $$? -le 1 ] || exit 2
@@ -124,6 +136,10 @@ server-lane-guard:
 # SERVER_THEN with the server's name (tests/test_vllm_server.py runs the engine plugin there,
 # against the guard's servers: tests/server_plugin_runs.py).
 SERVER_THEN ?=
+server-turn:
+	until [ -z "$(AFTER)" ] || [ -e $(SERVER_REPORT)/turns/$(AFTER) ]; do sleep 1; done
+	$(MAKE) --no-print-directory server-runs
+
 server-runs:
 	$(BIN)/k2conform run --adapter $(SERVER) $(SERVER_CASES) --json $(SERVER_REPORT)/$(SERVER).json; \
 		[ $$? -le 1 ] || exit 2
