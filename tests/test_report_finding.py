@@ -66,6 +66,22 @@ def findings(corpus):
 FINDINGS = [("vllm", 0), ("vllm", 1), ("sglang", 0), ("sglang", 1)]
 
 
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    """``report(adapter, case, mode)``: the command's report of that finding, made once for
+    the module (a report runs every installed adapter and the script: 20-30 s), so the
+    streamed-deltas test reads the report a reproduction test made of the same cell."""
+    folder = tmp_path_factory.mktemp("reports")
+    made: dict[tuple[str, str, str], tuple[subprocess.CompletedProcess, Path]] = {}
+
+    def make(adapter: str, case: str, mode: str) -> tuple[subprocess.CompletedProcess, Path]:
+        if (adapter, case, mode) not in made:
+            made[adapter, case, mode] = _report(folder, adapter, case, mode)
+        return made[adapter, case, mode]
+
+    return make
+
+
 def _report(
     tmp_path: Path, adapter: str, case: str, mode: str, *extra: str
 ) -> tuple[subprocess.CompletedProcess, Path]:
@@ -102,12 +118,12 @@ def test_at_least_three_findings_are_picked(findings):
 
 @pytest.mark.parametrize(("adapter", "index"), FINDINGS, ids=[f"{a}-{i}" for a, i in FINDINGS])
 def test_the_report_and_its_script_reproduce_a_baselined_finding(
-    tmp_path, findings, adapter, index
+    tmp_path, findings, report, adapter, index
 ):
     if adapter not in findings:
         pytest.skip(f"{adapter} is not installed here")
     case, mode = findings[adapter][index]
-    completed, out = _report(tmp_path, adapter, case, mode)
+    completed, out = report(adapter, case, mode)
     assert completed.returncode == 0, completed.stderr[-3000:]
     assert "REPRODUCED" in completed.stderr
     report = out.read_text()
@@ -138,12 +154,12 @@ def test_the_report_and_its_script_reproduce_a_baselined_finding(
     assert "REPRODUCED" in alone.stdout
 
 
-def test_a_streamed_finding_lists_its_deltas(tmp_path, findings):
+def test_a_streamed_finding_lists_its_deltas(findings, report):
     streamed = [(a, c) for a, pairs in findings.items() for c, m in pairs if m == "stream-token"]
     if not streamed:
         pytest.skip("no token-stream finding of vllm/sglang here")
     adapter, case = streamed[0]
-    completed, out = _report(tmp_path, adapter, case, "stream-token")
+    completed, out = report(adapter, case, "stream-token")
     assert completed.returncode == 0, completed.stderr[-3000:]
     report = out.read_text()
     assert "| # | delta (markers visible) | token ids |" in report
