@@ -332,6 +332,28 @@ def test_a_k3_behaviour_is_catalogued_as_a_k3_case(corpus, tmp_path):
     assert (again.outcome.value, list(again.fields)) == (cell.outcome.value, list(cell.fields))
 
 
+def test_a_spelled_behaviour_is_minimised_with_its_marker_still_spelled(corpus, tmp_path):
+    """vLLM's K3 stream losing the call to a spelled think closer (``i_k3_spelled_think_close``)
+    is catalogued as a case that still spells its ``<|close|>``: the minimiser keeps the spelled
+    axis, where a lone ``<|sep|>`` unspelled shows the same outcome and fields another way."""
+    case = next(c for c in corpus.completions if c.id == "i_k3_spelled_think_close")
+    adapter = create_adapter("vllm-k3")
+    availability = load(adapter)
+    if availability.status != "ok":
+        pytest.skip(f"vllm-k3 is not installed here: {availability.reason}")
+    cell = run_cell(adapter, case, "stream-token", CellSettings(), availability)
+    row = adapter_row(adapter, (availability.status, availability.reason))
+    document = build_results([cell], [case], [row], 0, ("stream-token",), 0.0, 0).to_json()
+    build([("results.json", document)], [], tmp_path, {case.id: case}, reports=False,
+          say=lambda _: None)  # fmt: skip
+    (entry,) = read_catalogue(tmp_path)
+    (at,) = entry.case.spelled_markers
+    assert entry.case.model_output.startswith("<|close|>", at)
+    assert len(entry.case.model_output) < len(case.model_output)
+    again = run_cell(adapter, entry.case, "stream-token", CellSettings())
+    assert (again.outcome.value, list(again.fields)) == (cell.outcome.value, list(cell.fields))
+
+
 def test_every_shipped_catalogue_case_is_in_a_format_its_adapter_parses():
     root = Path(__file__).resolve().parent.parent / "corpus" / "findings" / "catalogue"
     for entry in read_catalogue(root):

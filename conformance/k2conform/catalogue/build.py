@@ -192,9 +192,9 @@ def build_one(
     key = _digest(behaviour.adapter, behaviour.family, behaviour.reason, behaviour.signatures,
                   behaviour.modes, source.id, mode)  # fmt: skip
     engine = CellEngine(adapter, availability, settings, f"cat_probe_{key}", source.format)
-    signature = target_signature(*target)
-    minimizer = BudgetedMinimizer(engine, run_mode, signature, budget)
     spelled = source.spelled_markers if cuts is None else ()
+    signature = target_signature(*target, spelled=bool(spelled))
+    minimizer = BudgetedMinimizer(engine, run_mode, signature, budget)
     start = Candidate(source.request, source.model_output, cuts, spelled, source.format)
     note = ""
     if target[0] == "timeout":

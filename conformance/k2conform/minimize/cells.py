@@ -16,9 +16,11 @@ from k2conform.model import Cell, Request
 from k2conform.run.cell import CellSettings, run_cell
 
 
-def target_signature(outcome: str, fields: Sequence[str]) -> str:
-    """A behaviour as the minimiser's signature: the one cell with its outcome and fields."""
-    return "cell:" + "+".join((outcome, *fields))
+def target_signature(outcome: str, fields: Sequence[str], spelled: bool = False) -> str:
+    """A behaviour as the minimiser's signature: the one cell with its outcome and fields, and
+    whether its case spells a marker from ordinary pieces (``spelled``: a behaviour of its own
+    axis, so shrinking cannot trade the spelled marker for another way to the same fields)."""
+    return "cell:" + ("spelled:" if spelled else "") + "+".join((outcome, *fields))
 
 
 @dataclass
@@ -88,5 +90,10 @@ class CellEngine:
         if case is None:
             return Probe("")
         cell = run_cell(self.adapter, case, mode, self.settings, self.availability)
-        found = target_signature(cell.outcome.value, cell.fields) if cell.outcome.finding else ""
+        spelled_case = bool(case.spelled_markers)
+        found = (
+            target_signature(cell.outcome.value, cell.fields, spelled_case)
+            if cell.outcome.finding
+            else ""
+        )
         return Probe(found, case, cell, case.deltas, mode)
