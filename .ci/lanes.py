@@ -31,10 +31,11 @@ _K3_IN_PROCESS = tuple(
     for name in ("reference_k3", "vllm_k3", "sglang_k3")
 )
 #: SGLang's serving code with a scripted engine (``sglang-server``, ``sglang-server-k3``): opt-in,
-#: held to the in-process SGLang adapters by the developer lane; no stamped lane runs it.
+#: held to the in-process SGLang adapters by the developer lane; no stamped lane runs it.  The
+#: engine's stop strings (``sglang_stop``) serve it and ``sglang-k3``.
 _SGLANG_SERVING = tuple(
     f":(exclude)adapters/k2conform_adapters/{name}.py"
-    for name in ("sglang_server", "sglang_server_k3")
+    for name in ("sglang_server", "sglang_server_k3", "sglang_stop")
 )
 #: What no lane plans a cell for: the live-engine plugin's probes (``run`` takes completion
 #: cases only), the findings catalogue (the corpus loader skips it: ``catalogue check``

@@ -67,6 +67,33 @@ def test_tools_opened_inside_think_lose_the_call_in_vllm_not_in_sglang():
     assert sglang.tool_calls[0].id == "get_weather:0"  # serving_chat's kimi_k3 id rule
 
 
+def test_sglangs_k3_server_stops_at_the_tools_closer():
+    """With tools, SGLang's K3 server adds the tools closer to the stop strings
+    (``serving_chat``: ``tool_call_stop``): the reply ends there, so a second tools channel
+    (``i_k3_two_tools_channels``) never reaches the parsers, one-shot or streamed, and the
+    message closer after it is not content."""
+    whole = _whole("sglang-k3", "i_k3_two_tools_channels")
+    assert [c.arguments for c in whole.tool_calls] == ['{"city": "Paris"}']
+    _, _, events = _streamed("sglang-k3", "i_k3_two_tools_channels")
+    arguments = [d.arguments for e in events for d in e.tool_calls]
+    assert arguments == ['{"city": "Paris"}']
+    assert not any(e.content for e in events)
+
+
+def test_a_stop_string_is_held_back_while_it_may_begin_and_cut_when_it_ends():
+    """SGLang's engine as ``sglang_stop`` stands in for it: a piece that may begin a stop string
+    waits for the next; the piece that completes one finishes the stream, its text cut before
+    the stop string; nothing after it is fed."""
+    from k2conform_adapters.sglang_stop import served_text, stopping
+
+    fed = []
+    step = stopping(lambda delta, finished: fed.append((delta.text, finished)) or [], ["<C>t<S>"])
+    for n, piece in enumerate(["a", "<C>", "c", "<C>", "t", "<S>", "rest"]):
+        step(Delta(piece), n == 6)
+    assert fed == [("a", False), ("<C>c", False), ("", True)]
+    assert served_text("a<C>c<C>t<S>rest", ["x", "<C>t<S>"]) == "a<C>c"
+
+
 def _streamed(adapter_name: str, case_id: str):
     """A case through one adapter in stream-token, as the matrix delivers it: each event."""
     from k2conform.adapter.registry import create_adapter

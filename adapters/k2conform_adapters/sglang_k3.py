@@ -9,6 +9,11 @@ and ``tool_choice`` not "none", ``FunctionCallParser(tools, "kimi_k3")`` when
 ``has_tool_call``; each call's id is ``NAME:<calls in the history + tool_index>``
 (``_process_tool_call_id``).  A stream feeds both parsers chunk by chunk and ends them with
 ``parse_stream_end``.  Neither parser needs a tokenizer.
+
+With tools, the server adds the tools closer ``<|close|>tools<|sep|>`` to the request's stop
+strings (``tool_call_stop``): the engine ends the reply there, cut before it, and a stream
+holds each ``<|close|>`` back until the next token shows it is not the closer
+(:mod:`k2conform_adapters.sglang_stop`).
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from k2conform_adapters.sglang_parser import (
     serving_step,
     tool_parsing_active,
 )
+from k2conform_adapters.sglang_stop import request_stops, served_text, stopping
 
 PARSER = "kimi_k3"
 
@@ -123,15 +129,23 @@ class SglangK3Adapter(Reproducible, Adapter):
             )
         return parser
 
+    def _stops(self, chat_request: Any, tools: Any | None) -> list[str]:
+        """The stop strings the server sends the engine: the request's, then, with tools, the
+        tool parser's closer (``serving_chat``: ``tool_call_stop``)."""
+        stops = request_stops(chat_request.stop)
+        if tools is not None and tools.detector.eot_token not in stops:
+            stops.append(tools.detector.eot_token)
+        return stops
+
     def parse_whole(self, request: Request, output: Delta) -> Result:
         chat_request = self._chat_request(request)
-        text, reasoning = output.text, None
+        tools = self._tool_parser(chat_request) if tool_parsing_active(chat_request) else None
+        text, reasoning = served_text(output.text, self._stops(chat_request, tools)), None
         parser = self._reasoning_parser(chat_request, stream=False)
         if parser is not None:
             reasoning, text = call_parser(parser.parse_non_stream, text)
         calls: tuple[ToolCall, ...] = ()
-        if tool_parsing_active(chat_request):
-            tools = self._tool_parser(chat_request)
+        if tools is not None:
             if call_parser(tools.has_tool_call, text):
                 text, items = call_parser(tools.parse_non_stream, text)
                 history = history_tool_calls(chat_request)
@@ -153,12 +167,13 @@ class SglangK3Adapter(Reproducible, Adapter):
         reasoning_parser = self._reasoning_parser(chat_request, stream=True)
         tools = self._tool_parser(chat_request) if tool_parsing_active(chat_request) else None
         history = history_tool_calls(chat_request)
-        return serving_step(
+        step = serving_step(
             reasoning_parser,
             tools,
             self._glue,
             lambda name, index: call_id(name, index, history),
         )
+        return stopping(step, self._stops(chat_request, tools))
 
 
 def call_id(name: str, tool_index: int, history: int) -> str:

@@ -15,7 +15,9 @@ dicts ``TokenizerManager._handle_batch_output`` builds (non-incremental: cumulat
 and ``output_ids``; ``meta_info`` id/finish_reason/prompt_tokens/completion_tokens/...;
 finish_reason from the real ``FINISH_MATCHED_TOKEN(<|im_end|>)``), one dict per delta, and whose
 ``config_value`` does what the real one does (two fields on the manager, the rest from the
-runtime context).  The
+runtime context).  It ends a reply at the request's stop strings as SGLang's engine does
+(:mod:`k2conform_adapters.sglang_stop`: cut before the first matched, ``FINISH_MATCHED_STR``;
+a stream holds back what may begin one).  The
 detokenizer is part of the stand-in: a dict's text is the delivery's text verbatim, so
 ``skip_special_tokens`` / ``spaces_between_special_tokens`` are not applied.  The served
 model directory is the one ``k2conform_adapters.vllm_model`` builds (the project's Kimi
@@ -67,6 +69,7 @@ from k2conform.model import (
 )
 
 from k2conform_adapters.sglang_parser import SERVING_CHAT_OPTIONS
+from k2conform_adapters.sglang_stop import holds_back, matched_stop, request_stops, served_text
 
 MODEL_DIR = Path(tempfile.gettempdir()) / "k2conform-sglang-server-model"
 SERVING_API = (
@@ -99,7 +102,8 @@ class _ScriptedTokenizerManager:
             log_requests_format=obs.log_requests_format,
             log_requests_target=obs.log_requests_target,
         )
-        self._context, self._finish = rc.get_context, sg.FINISH_MATCHED_TOKEN
+        self._context = rc.get_context
+        self._finish_token, self._finish_stop = sg.FINISH_MATCHED_TOKEN, sg.FINISH_MATCHED_STR
         self.processor, self.last_request, self.missing = (
             None,
             None,
@@ -125,14 +129,19 @@ class _ScriptedTokenizerManager:
     async def generate_request(self, obj: Any, request: Any = None):
         obj.normalize_batch_and_arguments()
         self.last_request, text, ids = obj, "", []
+        stops = request_stops((obj.sampling_params or {}).get("stop"))
         for n, delta in enumerate(self.script):
             text, ids = text + delta.text, ids + list(delta.token_ids)
-            last = n == len(self.script) - 1
-            finish = (
-                self._finish(matched=markers.SPECIAL_TOKEN_IDS[markers.IM_END]).to_json()
-                if last
-                else None
-            )
+            stop = matched_stop(text, stops)
+            last = stop is not None or n == len(self.script) - 1
+            finish = None
+            if stop is not None:
+                text = served_text(text, stops)
+                finish = self._finish_stop(matched=stop).to_json()
+            elif last:
+                finish = self._finish_token(
+                    matched=markers.SPECIAL_TOKEN_IDS[markers.IM_END]
+                ).to_json()
             meta = {
                 "id": obj.rid,
                 "finish_reason": finish,
@@ -143,8 +152,10 @@ class _ScriptedTokenizerManager:
                 "completion_tokens": len(ids),
                 "cached_tokens": 0,
             }
-            if obj.stream or last:
+            if last or (obj.stream and not holds_back(text, stops)):
                 yield {"text": text, "output_ids": list(ids), "meta_info": meta}
+            if last:
+                return
 
 
 class SglangServerAdapter(Adapter):
@@ -174,7 +185,10 @@ class SglangServerAdapter(Adapter):
                 from sglang.srt import runtime_context
                 from sglang.srt.configs.model_config import ModelConfig
                 from sglang.srt.entrypoints.openai import protocol, serving_chat
-                from sglang.srt.managers.schedule_batch import FINISH_MATCHED_TOKEN
+                from sglang.srt.managers.schedule_batch import (
+                    FINISH_MATCHED_STR,
+                    FINISH_MATCHED_TOKEN,
+                )
                 from sglang.srt.parser.template_manager import TemplateManager
                 from sglang.srt.server_args import ServerArgs
                 from sglang.srt.utils.hf_transformers_utils import get_tokenizer
@@ -201,6 +215,7 @@ class SglangServerAdapter(Adapter):
             get_tokenizer=get_tokenizer,
             RequestLogger=RequestLogger,
             FINISH_MATCHED_TOKEN=FINISH_MATCHED_TOKEN,
+            FINISH_MATCHED_STR=FINISH_MATCHED_STR,
         )
         self._version, self._protocol, self._use = (
             sglang.__version__,
