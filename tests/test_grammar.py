@@ -207,6 +207,59 @@ def test_kimi_k3_cases_go_through_vllms_k3_tag_and_parser_without_walks():
     assert (cell["outcome"], cell["fields"]) == ("differs", ["grammar"])
 
 
+def test_sglangs_k3_tag_holds_after_think_stops_at_the_tools_closer_and_reads_tokens():
+    """SGLang's K3 server (docs/grammar.md): the grammar holds from the reasoning parser's
+    think closer on (``ReasonerGrammarObject``), generation stops at the tools closer
+    (``tool_call_stop``), and the tag names ``<|close|>`` as a token.  So reasoning that writes
+    a call opener is accepted, though fed from its start the tag rejects it (its free text
+    excludes the opener); ``required`` is accepted, though the tag ends at the tools closer;
+    a string value holding the ``<|close|>`` token is
+    rejected where the same text spelled from ordinary pieces is not; and a call with no
+    argument is rejected for a tool whose properties are all optional (the tag asks for one)."""
+    from k2conform.grammar.check import output_pieces
+    from k2conform.k3 import markers as k3
+    from k2conform_adapters.sglang_k3 import SglangK3Adapter
+
+    assert modes.GRAMMAR_ENGINES["sglang"]["k3"] == SglangK3Adapter.name
+    adapter = SglangK3Adapter()
+    k3_dir = ROOT / "corpus" / "k3"
+    thinking, required, in_value, empty = (
+        load_case(k3_dir / f"{name}.json")
+        for name in (
+            "y_k3_think_then_call",
+            "y_k3_tool_choice_required",
+            "y_k3_string_with_special_tokens",
+            "y_k3_empty_arguments",
+        )
+    )
+    use = adapter.grammar_use(thinking.request)
+    assert use.think_end == k3.closer("think") and k3.closer("tools") in use.stops
+    assert k3.CLOSE in use.tokens
+    musing = replace(
+        thinking,
+        id="y_k3_call_opener_in_reasoning",
+        model_output=thinking.model_output.replace(
+            use.think_end, '<|open|>call tool="get_weather"' + use.think_end, 1
+        ),
+    )
+    tag = CompiledTag(adapter.structural_tag(musing.request), use.tokens)
+    text = modes.engine_output(musing.model_output)
+    assert "<|open|>cal" in tag.rejection_of(output_pieces(text, use.tokens), text, must_end=True)
+
+    def judged(case):
+        (cell,) = run_job(Job("sglang-k3", (case,), 1, 0, CellSettings()))["cells"]
+        return cell["outcome"], cell["fields"], cell["observed"]["meta"]["grammar"]["rejection"]
+
+    assert judged(thinking) == judged(musing) == ("agree", [], None)
+    assert judged(required) == ("agree", [], None)
+    outcome, fields, rejection = judged(in_value)
+    assert (outcome, fields) == ("differs", ["grammar"]) and "'d'" in rejection
+    inner = in_value.model_output.index(k3.CLOSE + "d")
+    assert judged(replace(in_value, spelled_markers=(inner,)))[:2] == ("agree", [])
+    outcome, fields, rejection = judged(empty)
+    assert (outcome, fields) == ("differs", ["grammar"]) and k3.CLOSE in rejection
+
+
 def test_generated_calls_keep_marker_text_inside_strings():
     text = (
         markers.SECTION_BEGIN
@@ -364,7 +417,7 @@ def test_the_grammar_lane_passes_its_baseline_and_joins_the_matrix_as_a_column(t
     assert document["modes"] == [modes.GRAMMAR_MODE] and document["gate"]["passed"]
     assert document["gate"]["baselined"] > 0 and document["gate"]["new"] == 0
     by_engine = {a["name"]: a for a in document["adapters"]}
-    assert set(by_engine) == {"vllm", "sglang", "vllm-k3"}  # K3 cases go to vLLM's K3 adapter
+    assert set(by_engine) == {"vllm", "sglang", "vllm-k3", "sglang-k3"}  # K3: each K3 adapter
     samples = [c for c in document["cases"] if c["id"].startswith("y_sample_")]
     assert len(samples) == 2 * 20 * len({source_of(c["id"]) for c in samples})
     assert document["inventory"] == {

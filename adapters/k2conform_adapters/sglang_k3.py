@@ -24,6 +24,7 @@ from k2conform.adapter.contract import (
     Adapter,
     AdapterGlueError,
     AdapterUnavailable,
+    GrammarUse,
     StreamStep,
     call_parser,
     glue_imports,
@@ -38,6 +39,7 @@ from k2conform_adapters.reproducible import Reproducible
 from k2conform_adapters.sglang_parser import (
     GLUE,
     history_tool_calls,
+    server_structural_tag,
     serving_step,
     tool_parsing_active,
 )
@@ -136,6 +138,32 @@ class SglangK3Adapter(Reproducible, Adapter):
         if tools is not None and tools.detector.eot_token not in stops:
             stops.append(tools.detector.eot_token)
         return stops
+
+    def structural_tag(self, request: Request) -> str | None:
+        """The tag ``serving_chat`` hands the xgrammar backend, the think markers taken out of
+        its excludes since the reasoning parser is on (:func:`server_structural_tag`); None
+        when decoding is not constrained.  It constrains ``auto`` requests too: its tools
+        channel is triggered by the tools opener."""
+        detector = call_parser(self._rp_cls, model_type=PARSER).detector
+        return server_structural_tag(
+            self._fcp_cls,
+            self._chat_request(request),
+            PARSER,
+            (detector.think_start_token, detector.think_end_token),
+        )
+
+    def grammar_use(self, request: Request) -> GrammarUse:
+        """SGLang applies the grammar after the reasoning parser's think closer when the request
+        thinks (``ReasonerGrammarObject``: the closer's token ids), stops at the tools closer
+        (``tool_call_stop``), and the tag names ``<|close|>`` as a token."""
+        chat_request = self._chat_request(request)
+        tools = self._tool_parser(chat_request) if tool_parsing_active(chat_request) else None
+        detector = call_parser(self._rp_cls, model_type=PARSER).detector
+        return GrammarUse(
+            think_end=detector.think_end_token,
+            stops=tuple(self._stops(chat_request, tools)),
+            tokens=k3.MARKERS,
+        )
 
     def parse_whole(self, request: Request, output: Delta) -> Result:
         chat_request = self._chat_request(request)

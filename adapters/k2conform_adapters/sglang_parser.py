@@ -51,7 +51,7 @@ import sys
 import types
 import uuid
 from dataclasses import dataclass, replace
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from k2conform.adapter.contract import (
@@ -311,33 +311,11 @@ class SglangAdapter(Reproducible, Adapter):
         return f"functions.{name}:{history_count + tool_index}"
 
     def structural_tag(self, request: Request) -> str | None:
-        """The structural tag the server compiles for this request, for ``k2conform grammar``:
-        ``get_structure_constraint`` as ``serving_chat`` calls it (thinking_mode False: the
-        reasoning parser owns the think block), dumped as ``to_sampling_params`` does and
-        sanitised as its xgrammar backend does; None when decoding is not constrained."""
+        """The structural tag the server compiles for this request, for ``k2conform grammar``
+        (:func:`server_structural_tag`; this server runs no reasoning parser for a request
+        that does not think); None when decoding is not constrained."""
         self.load()
-        chat_request = self._chat_request(request)
-        if not tool_parsing_active(chat_request):
-            return None
-        parser = call_parser(self._fcp_cls, chat_request.tools, PARSER)
-        constraint = call_parser(
-            parser.get_structure_constraint,
-            chat_request.tool_choice,
-            parallel_tool_calls=chat_request.parallel_tool_calls,
-            thinking_mode=False,
-        )
-        if constraint is None:
-            return None
-        if constraint[0] != "structural_tag":
-            raise AdapterGlueError(
-                "FunctionCallParser.get_structure_constraint",
-                f"gave a {constraint[0]} constraint, not a structural tag",
-            )
-        with glue_imports("sglang"):
-            from sglang.srt.constrained.xgrammar_backend import XGrammarGrammarBackend
-        tag = constraint[1].model_dump(by_alias=True)
-        XGrammarGrammarBackend._sanitize_structural_format(tag.get("format"))
-        return json.dumps(tag)
+        return server_structural_tag(self._fcp_cls, self._chat_request(request), PARSER)
 
     # --- the two parse modes --------------------------------------------------------------
 
@@ -449,6 +427,41 @@ def serving_step(
         return events
 
     return step
+
+
+def server_structural_tag(
+    fcp_cls: Any, chat_request: Any, parser_name: str, reasoning_markers: Sequence[str] = ()
+) -> str | None:
+    """``serving_chat``'s tool-call constraint for a request, as its xgrammar backend gets it:
+    ``get_structure_constraint`` (thinking_mode False: the reasoning parser owns the think
+    block), the reasoning parser's markers (``reasoning_markers``, when one is on) taken out
+    of its free text's excludes (``strip_structural_tag_excludes``), dumped as
+    ``to_sampling_params`` does and sanitised as the backend does; None when decoding is not
+    constrained."""
+    if not tool_parsing_active(chat_request):
+        return None
+    parser = call_parser(fcp_cls, chat_request.tools, parser_name)
+    constraint = call_parser(
+        parser.get_structure_constraint,
+        chat_request.tool_choice,
+        parallel_tool_calls=chat_request.parallel_tool_calls,
+        thinking_mode=False,
+    )
+    if constraint is None:
+        return None
+    if constraint[0] != "structural_tag":
+        raise AdapterGlueError(
+            "FunctionCallParser.get_structure_constraint",
+            f"gave a {constraint[0]} constraint for {parser_name}, not a structural tag",
+        )
+    with glue_imports("sglang"):
+        from sglang.srt.constrained.xgrammar_backend import XGrammarGrammarBackend
+        from sglang.srt.function_call.utils import strip_structural_tag_excludes
+    if reasoning_markers:
+        strip_structural_tag_excludes(constraint[1], reasoning_markers)
+    tag = constraint[1].model_dump(by_alias=True)
+    XGrammarGrammarBackend._sanitize_structural_format(tag.get("format"))
+    return json.dumps(tag)
 
 
 def history_tool_calls(chat_request: Any) -> int:

@@ -20,6 +20,7 @@ import importlib.metadata
 from abc import ABC, abstractmethod
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from threading import Barrier
 from types import ModuleType
@@ -33,6 +34,21 @@ T = TypeVar("T")
 #: it is the one the server finishes with, and the events it sent for it.  Several can be open
 #: over one adapter at once, as a server's requests are (``adapter.harness.interleave``).
 StreamStep = Callable[[Delta, bool], list[StreamEvent]]
+
+
+@dataclass(frozen=True)
+class GrammarUse:
+    """How a server applies the structural tag it builds for a request (``k2conform grammar``):
+    the default is a grammar over text that holds from the first character to the end."""
+
+    #: Thinking on, the grammar holds only after the reasoning parser's think closer (SGLang's
+    #: ``ReasonerGrammarObject``); None: that hand-over is not modelled for this engine.
+    think_end: str | None = None
+    #: Stop strings: generation ends once the output holds one, wherever the grammar is.
+    stops: tuple[str, ...] = ()
+    #: Special tokens the tag names as tokens: acceptance goes over tokens, each of these one.
+    tokens: tuple[str, ...] = ()
+
 
 #: A cell past its deadline is run once more with this many times the deadline before it is a
 #: ``timeout`` finding (on a loaded machine a first timeout says little about the parser): an
@@ -246,6 +262,10 @@ class Adapter(ABC):
         """The structural tag its server hands the grammar engine for this request
         (``k2conform grammar``); None: decoding is not constrained, or it models no grammar."""
         return None
+
+    def grammar_use(self, request: Request) -> GrammarUse:
+        """How its server applies :meth:`structural_tag`'s grammar to this request's output."""
+        return GrammarUse()
 
     def repro_script(
         self,

@@ -154,10 +154,11 @@ SERVER_MODES = tuple(name for name, mode in MODES.items() if mode.server)
 #: own parser, docs/grammar.md).  What its grammar admits reaches the parser token-aligned.
 GRAMMAR_MODE = "grammar"
 #: The engines of the ``grammar`` column (``k2conform grammar --engine``): per engine, the adapter
-#: whose grammar and parser each format's cases go through.  SGLang's Kimi K3 tag is not in
-#: it yet (docs/grammar.md): it names K3's special tokens as tokens, which the lane's
-#: character-level acceptance cannot compile.
-GRAMMAR_ENGINES = {"vllm": {"k2": "vllm", "k3": "vllm-k3"}, "sglang": {"k2": "sglang"}}
+#: whose grammar and parser each format's cases go through.
+GRAMMAR_ENGINES = {
+    "vllm": {"k2": "vllm", "k3": "vllm-k3"},
+    "sglang": {"k2": "sglang", "k3": "sglang-k3"},
+}
 
 
 def grammar_engine(adapter: str) -> str:

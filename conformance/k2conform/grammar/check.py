@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from k2conform import markers
+from k2conform.adapter import GrammarUse
 from k2conform.adapter.harness import guarded
 from k2conform.adapter.registry import create_adapter, load
 from k2conform.case.corpus import CompletionCase, Expectation
@@ -66,19 +67,19 @@ def run_job(job: Job) -> dict[str, Any]:
             for c in job.cases
         ]
         return _document(row, [], cells, [])
-    grammars: dict[str, CompiledTag | Result | None] = {}
+    grammars: dict[str, tuple[CompiledTag | Result | None, GrammarUse]] = {}
     cells, samples, declined = [], [], []
     for case in sorted(job.cases, key=_source_order):
         key = json.dumps(case.request.to_json(), sort_keys=True)
         first = key not in grammars
         if first:
             grammars[key] = _grammar(adapter, case)
-        cell = _case_cell(adapter, grammars[key], case, job.settings)
+        grammar, use = grammars[key]
+        cell = _case_cell(adapter, grammar, use, case, job.settings)
         if cell is not None:
             cells.append(cell)
         else:
             declined.append(case.id)
-        grammar = grammars[key]
         if first and isinstance(grammar, CompiledTag) and _sampled(case):
             drawn = draw_samples(adapter.name, grammar, case, job.seed, job.samples)
             samples.extend(drawn)
@@ -106,19 +107,23 @@ def _document(
     }
 
 
-def _grammar(adapter: Any, case: CompletionCase) -> CompiledTag | Result | None:
-    """The engine's compiled grammar for the case's request; None: the engine does not constrain
-    it; a failed Result: building it crashed (the engine's code), its xgrammar could not compile
-    it, or the glue broke."""
+def _grammar(adapter: Any, case: CompletionCase) -> tuple[CompiledTag | Result | None, GrammarUse]:
+    """The engine's compiled grammar for the case's request and how its server applies it;
+    None: the engine does not constrain it; a failed Result: building it crashed (the
+    engine's code), its xgrammar could not compile it, or the glue broke."""
     spec = guarded(lambda: adapter.structural_tag(case.request))
+    use = guarded(lambda: adapter.grammar_use(case.request)) if spec is not None else GrammarUse()
+    if isinstance(use, Result):
+        return use, GrammarUse()
     if spec is None or isinstance(spec, Result):
-        return spec
+        return spec, use
     try:
-        return CompiledTag(spec)
+        return CompiledTag(spec, use.tokens), use
     except Exception as error:  # noqa: BLE001 - the engine built a tag its xgrammar cannot compile
-        return Result.failed(
+        failed = Result.failed(
             "crash", f"xgrammar {xgrammar_version()} cannot compile the tag: {error}", tag=spec
         )
+        return failed, use
 
 
 def _constrained(case: CompletionCase) -> bool:
@@ -140,7 +145,11 @@ def _sampled(case: CompletionCase) -> bool:
 
 
 def _case_cell(
-    adapter: Any, grammar: CompiledTag | Result | None, case: CompletionCase, settings: CellSettings
+    adapter: Any,
+    grammar: CompiledTag | Result | None,
+    use: GrammarUse,
+    case: CompletionCase,
+    settings: CellSettings,
 ) -> Cell | None:
     """A case the engine constrains: a ``y_`` output must be accepted (rejected when tagged
     :data:`OUTSIDE_REQUEST`); an ``n_`` output rejected, or parsed as the case expects; an
@@ -158,21 +167,21 @@ def _case_cell(
         )
     if case.request_level and not case.request.thinking:
         if not isinstance(grammar, Result) or grammar.outcome is ResultOutcome.CRASH:
-            return _fate_cell(adapter, grammar, case, settings)
+            return _fate_cell(adapter, grammar, use, case, settings)
     if isinstance(grammar, Result):
         return Cell(
             case.id, adapter.name, GRAMMAR, CellOutcome(grammar.outcome.value), observed=grammar
         )
-    if case.request.thinking:
+    if case.request.thinking and use.think_end is None:
         return Cell.failed(
             case.id,
             adapter.name,
             GRAMMAR,
             "unavailable",
             "thinking on: the engine applies the grammar only once its reasoning "
-            "parser ends the reasoning, which k2conform does not model",
+            "parser ends the reasoning, which k2conform does not model for it",
         )
-    rejection, facts = _verdict(grammar, case)
+    rejection, facts = _verdict(grammar, use, case)
     if case.verdict == "n" and rejection is None:
         return parse_cell(adapter, case, settings, facts)
     diffs: tuple[FieldDiff, ...] = ()
@@ -189,22 +198,75 @@ def _case_cell(
     return Cell(case.id, adapter.name, GRAMMAR, outcome, diffs, observed=Result(meta=facts))
 
 
-def _verdict(grammar: CompiledTag, case: CompletionCase) -> tuple[str | None, dict[str, Any]]:
-    """Where the grammar rejects the case's output (None: it accepts it), and what the cell
-    records of the grammar."""
-    rejection = grammar.rejection(modes.engine_output(case.model_output))
+def _verdict(
+    grammar: CompiledTag, use: GrammarUse, case: CompletionCase
+) -> tuple[str | None, dict[str, Any]]:
+    """Where the grammar rejects the case's output as the server applies it (None: it accepts
+    it), and what the cell records of the grammar.  The grammar sees the output's pieces
+    (characters, or tokens when the tag names tokens) from the think closer's on when the
+    request thinks and ``use`` says where reasoning ends, up to the piece that completes a stop
+    string (generation ends there, so the grammar need not), else to the end."""
+    text = modes.engine_output(case.model_output)
+    pieces = output_pieces(text, use.tokens, case.spelled_markers)
+    start = 0
+    if case.request.thinking and use.think_end is not None:
+        start = _after(pieces, output_pieces(use.think_end, use.tokens))
+    end = _stop_end(pieces, text, use.stops)
+    rejection = None
+    if start <= len(pieces) and start < end:  # the grammar holds before generation ends
+        rejection = grammar.rejection_of(pieces[start:end], text, must_end=end > len(pieces))
     return rejection, {
         "grammar": {
             "accepted": rejection is None,
             "rejection": rejection,
             "xgrammar": xgrammar_version(),
             "structural_tag": grammar.spec,
+            **({"stops": list(use.stops)} if use.stops else {}),
         }
     }
 
 
+def output_pieces(
+    text: str, tokens: Sequence[str], spelled: Sequence[int] = ()
+) -> list[tuple[int, str]]:
+    """``text`` as ``(offset, piece)``: each of ``tokens`` one piece where it is not spelled
+    (``spelled``: offsets of markers written from ordinary pieces), any other text one character
+    a piece."""
+    pieces, at = [], 0
+    while at < len(text):
+        token = next((t for t in tokens if text.startswith(t, at)), None)
+        piece = token if token is not None and at not in spelled else text[at]
+        pieces.append((at, piece))
+        at += len(piece)
+    return pieces
+
+
+def _after(pieces: Sequence[tuple[int, str]], closer: Sequence[tuple[int, str]]) -> int:
+    """The index after the first run of ``pieces`` that spells ``closer``'s pieces (as SGLang's
+    ``TokenSequenceMatcher`` matches token ids); past the end when there is none."""
+    wanted = [piece for _, piece in closer]
+    found = [piece for _, piece in pieces]
+    for n in range(len(found) - len(wanted) + 1):
+        if found[n : n + len(wanted)] == wanted:
+            return n + len(wanted)
+    return len(found) + 1
+
+
+def _stop_end(pieces: Sequence[tuple[int, str]], text: str, stops: Sequence[str]) -> int:
+    """The index after the piece with which the output first holds a stop string; past the
+    end when it never does."""
+    for n, (offset, piece) in enumerate(pieces):
+        if any(stop in text[: offset + len(piece)] for stop in stops):
+            return n + 1
+    return len(pieces) + 1
+
+
 def _fate_cell(
-    adapter: Any, grammar: CompiledTag | Result, case: CompletionCase, settings: CellSettings
+    adapter: Any,
+    grammar: CompiledTag | Result,
+    use: GrammarUse,
+    case: CompletionCase,
+    settings: CellSettings,
 ) -> Cell:
     """A request-level case: the request's fate as the engine's grammar decides it, judged
     against the case's as a server's is (``rejected``: the engine's code or its xgrammar cannot
@@ -215,7 +277,7 @@ def _fate_cell(
         fate, detail = RequestFate.REJECTED, grammar.error or ""
         facts: dict[str, Any] = {"grammar": {"accepted": False, "xgrammar": xgrammar_version()}}
     else:
-        rejection, facts = _verdict(grammar, case)
+        rejection, facts = _verdict(grammar, use, case)
         fate = RequestFate.ACCEPTED if rejection is None else RequestFate.UNCALLABLE
         detail = rejection or ""
     if fate is RequestFate.ACCEPTED and case.expected is not None:

@@ -2,7 +2,9 @@
 seeded random strings it admits.
 
 Acceptance is what ``xgrammar.testing._is_grammar_accept_string`` does (a matcher over an empty
-vocabulary, ``terminate_without_stop_token=True``, ``accept_string`` then ``is_terminated``).
+vocabulary, ``terminate_without_stop_token=True``, ``accept_string`` then ``is_terminated``).  A
+tag that names special tokens as tokens (Kimi K3's ``<|close|>``) is accepted over tokens
+instead: a vocabulary of those tokens and single characters, each token as the output's.
 Walks run a second matcher over a small vocabulary (printable ASCII, a few multi-byte
 characters, each tool-call marker as one token, as the Kimi tokenizer has it, and ``<|im_end|>``
 as the stop token): each step asks the matcher for the allowed next tokens (its bitmask) and
@@ -12,6 +14,7 @@ draws one.  xgrammar is imported on use: this module runs in an engine's own env
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from functools import cached_property
 from typing import Any
 
@@ -56,14 +59,15 @@ class WalkError(RuntimeError):
 
 class CompiledTag:
     """One structural tag (the JSON an engine hands its xgrammar backend), compiled twice:
-    over an empty vocabulary for acceptance, over :data:`VOCABULARY` for walks."""
+    over an empty vocabulary for acceptance, over :data:`VOCABULARY` for walks; ``tokens``: the
+    special tokens the tag names as tokens, accepted over a vocabulary holding them."""
 
-    def __init__(self, spec: str) -> None:
+    def __init__(self, spec: str, tokens: tuple[str, ...] = ()) -> None:
         import xgrammar
 
         self._xgr = xgrammar
-        self.spec = spec
-        self._accepting = _compiler(()).compile_structural_tag(spec)
+        self.spec, self.tokens = spec, tokens
+        self._accepting = _compiler(_token_vocabulary(tokens, "")).compile_structural_tag(spec)
 
     @cached_property
     def _walkable(self) -> Any:
@@ -71,12 +75,32 @@ class CompiledTag:
 
     def rejection(self, text: str) -> str | None:
         """None when the grammar accepts ``text`` whole; else where and how it rejects it."""
-        matcher = self._xgr.GrammarMatcher(self._accepting, terminate_without_stop_token=True)
-        for offset, character in enumerate(text):  # one character at a time, to say where
-            if not matcher.accept_string(character):
+        return self.rejection_of([(n, c) for n, c in enumerate(text)], text, must_end=True)
+
+    def rejection_of(
+        self, pieces: Sequence[tuple[int, str]], text: str, *, must_end: bool
+    ) -> str | None:
+        """None when the grammar accepts ``pieces`` (``(offset in text, piece)``: characters,
+        or with :attr:`tokens` the output's tokens) one after the other, and, ``must_end``, can
+        end there; else where and how it rejects them."""
+        compiled = self._accepting
+        vocabulary: tuple[str, ...] = ()
+        if self.tokens:
+            vocabulary = _token_vocabulary(self.tokens, text)
+            compiled = _compiler(vocabulary).compile_structural_tag(self.spec)
+        matcher = self._xgr.GrammarMatcher(compiled, terminate_without_stop_token=True)
+        for offset, piece in pieces:
+            accepted = (
+                matcher.accept_token(vocabulary.index(piece))
+                if vocabulary
+                else matcher.accept_string(piece)
+            )
+            if not accepted:
                 shown = markers.visible(text[max(0, offset - 24) : offset])
-                return f"rejected at character {offset} ({character!r}, after {shown!r})"
-        return None if matcher.is_terminated() else "rejected: the grammar needs more after the end"
+                return f"rejected at character {offset} ({piece!r}, after {shown!r})"
+        if must_end and not matcher.is_terminated():
+            return "rejected: the grammar needs more after the end"
+        return None
 
     def sample(self, rng: random.Random) -> str:
         """One string the grammar admits, drawn token by token until the stop token."""
@@ -127,6 +151,15 @@ def _weights(allowed: list[int], free_text: bool) -> list[float]:
     ]
 
 
+def _token_vocabulary(tokens: tuple[str, ...], text: str) -> tuple[str, ...]:
+    """The tokens, then single characters: printable ASCII, newline, tab and ``text``'s own
+    (empty without tokens: acceptance over text needs no vocabulary)."""
+    if not tokens:
+        return ()
+    characters = {chr(code) for code in range(32, 127)} | {"\n", "\t"} | set(text)
+    return (*tokens, *sorted(characters))
+
+
 _COMPILERS: dict[tuple[str, ...], Any] = {}
 
 
@@ -135,7 +168,7 @@ def _compiler(vocabulary: tuple[str, ...]) -> Any:
     if vocabulary not in _COMPILERS:
         import xgrammar
 
-        stop = [vocabulary.index(STOP)] if vocabulary else None
+        stop = [vocabulary.index(STOP)] if STOP in vocabulary else None
         info = xgrammar.TokenizerInfo(list(vocabulary), xgrammar.VocabType.RAW, stop_token_ids=stop)
         _COMPILERS[vocabulary] = xgrammar.GrammarCompiler(info)
     return _COMPILERS[vocabulary]
