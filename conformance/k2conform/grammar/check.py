@@ -203,7 +203,7 @@ def _verdict(
 ) -> tuple[str | None, dict[str, Any]]:
     """Where the grammar rejects the case's output as the server applies it (None: it accepts
     it), and what the cell records of the grammar.  The grammar sees the output's pieces
-    (characters, or tokens when the tag names tokens) from the think closer's on when the
+    (characters, or tokens when the tag names tokens) from the think closer on when the
     request thinks and ``use`` says where reasoning ends, up to the piece that completes a stop
     string (generation ends there, so the grammar need not), else to the end."""
     text = modes.engine_output(case.model_output)
@@ -255,10 +255,11 @@ def _after(pieces: Sequence[tuple[int, str]], closer: Sequence[tuple[int, str]])
 def _stop_end(pieces: Sequence[tuple[int, str]], text: str, stops: Sequence[str]) -> int:
     """The index after the piece with which the output first holds a stop string; past the
     end when it never does."""
-    for n, (offset, piece) in enumerate(pieces):
-        if any(stop in text[: offset + len(piece)] for stop in stops):
-            return n + 1
-    return len(pieces) + 1
+    ends = [text.index(stop) + len(stop) for stop in stops if stop and stop in text]
+    if not ends:
+        return len(pieces) + 1
+    first = min(ends)
+    return next(n + 1 for n, (at, piece) in enumerate(pieces) if at + len(piece) >= first)
 
 
 def _fate_cell(
