@@ -94,6 +94,35 @@ def test_a_stop_string_is_held_back_while_it_may_begin_and_cut_when_it_ends():
     assert served_text("a<C>c<C>t<S>rest", ["x", "<C>t<S>"]) == "a<C>c"
 
 
+def test_vllms_k3_server_without_auto_tool_choice_refuses_tool_choices_and_splits_reasoning():
+    """``vllm-k3-no-auto-tools``: the server has no tool parser, so its renderer refuses a
+    tool_choice other than none (HTTP 400, the renderer's words), and a reply without tools
+    goes through the reasoning parser alone, whose stream strips the channel markup from the
+    content as the one-shot parse does."""
+    from dataclasses import replace
+
+    from k2conform.adapter import RequestRefused
+    from k2conform.adapter.registry import create_adapter
+    from k2conform.judge.stream import assemble
+
+    adapter_name = "vllm-k3-no-auto-tools"
+    case = BY_ID["y_k3_think_then_call"]
+    adapter = create_adapter(adapter_name)
+    refusals = {
+        "auto": '"auto" tool choice requires --enable-auto-tool-choice',
+        "required": 'tool_choice="required" requires --tool-call-parser',
+    }
+    for choice, said in refusals.items():
+        with pytest.raises(RequestRefused, match=said):
+            adapter.parse_whole(replace(case.request, tool_choice=choice), Delta(""))
+    for case_id in ("y_k3_no_tools_answer", "y_k3_no_tools_thinking_off"):
+        whole = _whole(adapter_name, case_id)
+        assert whole.content == "Hi" and whole.tool_calls == ()
+        _, delivery, events = _streamed(adapter_name, case_id)
+        fed = max(len(d.text) for d in delivery.deltas)
+        assert assemble(events, fed, leaks=delivery.leaks).result.content == "Hi"
+
+
 def _streamed(adapter_name: str, case_id: str):
     """A case through one adapter in stream-token, as the matrix delivers it: each event."""
     from k2conform.adapter.registry import create_adapter

@@ -19,6 +19,7 @@ from typing import Any
 from k2conform.adapter.contract import (
     Adapter,
     AdapterGlueError,
+    RequestRefused,
     StreamStep,
     call_parser,
     glue_imports,
@@ -33,7 +34,7 @@ from k2conform.adapter.glue import (
     tool_calls_of,
 )
 from k2conform.k3 import markers as k3
-from k2conform.model import Delta, Request, Result
+from k2conform.model import Delta, Request, RequestFate, Result
 
 from k2conform_adapters.reproducible import Reproducible
 from k2conform_adapters.vllm_parser import load_kimi_tokenizer, processor_step
@@ -61,6 +62,8 @@ class VllmK3Adapter(Reproducible, Adapter):
     )
     #: vllm/v1/engine/detokenizer.py holds back ``stop_buffer_length`` characters of text.
     stop_string_holdback = True
+    #: The server's ``--enable-auto-tool-choice``.
+    auto_tools = True
 
     def __init__(self, tokenizer: Any | None = None) -> None:
         self._tokenizer = tokenizer
@@ -99,7 +102,7 @@ class VllmK3Adapter(Reproducible, Adapter):
             self._parser_cls = ParserManager.get_parser(
                 tool_parser_name="kimi_k3",
                 reasoning_parser_name="kimi_k3",
-                enable_auto_tools=True,
+                enable_auto_tools=self.auto_tools,
                 model_name=MODEL_NAME,
                 is_harmony=False,
                 tokenizer=self._tokenizer,
@@ -115,12 +118,31 @@ class VllmK3Adapter(Reproducible, Adapter):
         ids of the prompt's tail (the channel the generation prompt opens)."""
         self.load()
         chat_request = build_chat_request(self._request_cls, request, choice_without_tools=None)
+        self._check_tool_choice(chat_request)
         chat_request = call_parser(self._new_parser(chat_request).adjust_request, chat_request)
         opened = k3.opener("think" if request.thinking else "response")
         prompt_ids = list(self._tokenizer.encode(opened, add_special_tokens=False))
         parser = self._new_parser(chat_request)
         call_parser(parser.set_prompt_token_ids, prompt_ids)
         return chat_request, parser, prompt_ids
+
+    def _check_tool_choice(self, chat_request: Any) -> None:
+        """The renderer's refusal when the server has no tool parser (``online_renderer.py``:
+        ``tool_parsing_unavailable``): a tool_choice other than none is an HTTP 400."""
+        choice = chat_request.tool_choice
+        if self._parser_cls.tool_parser_cls is not None or choice in (None, "none"):
+            return
+        if choice == "auto":
+            said = (
+                '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser '
+                "to be set"
+            )
+        else:
+            named = (
+                f'"{choice}"' if isinstance(choice, str) else f'function "{choice.function.name}"'
+            )
+            said = f"tool_choice={named} requires --tool-call-parser to be set"
+        raise RequestRefused(RequestFate.REJECTED, f"HTTP 400: {said}")
 
     def structural_tag(self, request: Request) -> str | None:
         """The structural tag the server hands xgrammar for this request (``adjust_request`` ->
@@ -146,7 +168,7 @@ class VllmK3Adapter(Reproducible, Adapter):
             parser.parse,
             output.text,
             chat_request,
-            enable_auto_tools=True,
+            enable_auto_tools=self.auto_tools,
             model_output_token_ids=list(output.token_ids),
         )
         fields = call_parser(
@@ -155,7 +177,7 @@ class VllmK3Adapter(Reproducible, Adapter):
             reasoning,
             content,
             calls,
-            enable_auto_tools=True,
+            enable_auto_tools=self.auto_tools,
             parser_cls=self._parser_cls,
         )
         # chat_completion_full_generator counts the reasoning tokens right after parse
@@ -172,8 +194,24 @@ class VllmK3Adapter(Reproducible, Adapter):
         """One ``ChatStreamProcessor`` per choice; the finishing output says ``stop``."""
         chat_request, parser, prompt_ids = self._prepare(request)
         processor = self._processor_cls(
-            chat_request, parser, enable_auto_tools=True, parser_cls=self._parser_cls
+            chat_request, parser, enable_auto_tools=self.auto_tools, parser_cls=self._parser_cls
         )
         return processor_step(
             processor, parser, prompt_ids, RandomIds.chatcmpl(), count_reasoning=True
         )
+
+
+class VllmK3NoAutoToolsAdapter(VllmK3Adapter):
+    """The same server started without ``--enable-auto-tool-choice``: no tool parser
+    (``ParserManager.get_tool_parser``), so a request with a tool_choice other than none is
+    refused and the reasoning parser alone splits the reply (``KimiK3Parser.parse_delta``
+    strips the channel markup from the content).  Opt-in: what ``k2conform coverage`` runs
+    to reach that configuration's branches."""
+
+    name = "vllm-k3-no-auto-tools"
+    description = (
+        "vLLM OpenAI server: --tool-call-parser kimi_k3 --reasoning-parser kimi_k3, "
+        "no --enable-auto-tool-choice"
+    )
+    run_by_default = False
+    auto_tools = False
