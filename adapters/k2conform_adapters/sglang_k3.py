@@ -131,6 +131,15 @@ class SglangK3Adapter(Reproducible, Adapter):
             )
         return parser
 
+    def _active_tool_parser(self, chat_request: Any) -> Any | None:
+        """The tool parser the server runs for this request; None when it runs none."""
+        return self._tool_parser(chat_request) if tool_parsing_active(chat_request) else None
+
+    def _reasoning_detector(self) -> Any:
+        """The server's reasoning detector (``serving_chat._reasoning_detector``): its think
+        markers."""
+        return call_parser(self._rp_cls, model_type=PARSER).detector
+
     def _stops(self, chat_request: Any, tools: Any | None) -> list[str]:
         """The stop strings the server sends the engine: the request's, then, with tools, the
         tool parser's closer (``serving_chat``: ``tool_call_stop``)."""
@@ -144,7 +153,7 @@ class SglangK3Adapter(Reproducible, Adapter):
         its excludes since the reasoning parser is on (:func:`server_structural_tag`); None
         when decoding is not constrained.  It constrains ``auto`` requests too: its tools
         channel is triggered by the tools opener."""
-        detector = call_parser(self._rp_cls, model_type=PARSER).detector
+        detector = self._reasoning_detector()
         return server_structural_tag(
             self._fcp_cls,
             self._chat_request(request),
@@ -157,17 +166,16 @@ class SglangK3Adapter(Reproducible, Adapter):
         thinks (``ReasonerGrammarObject``: the closer's token ids), stops at the tools closer
         (``tool_call_stop``), and the tag names ``<|close|>`` as a token."""
         chat_request = self._chat_request(request)
-        tools = self._tool_parser(chat_request) if tool_parsing_active(chat_request) else None
-        detector = call_parser(self._rp_cls, model_type=PARSER).detector
+        tools = self._active_tool_parser(chat_request)
         return GrammarUse(
-            think_end=detector.think_end_token,
+            think_end=self._reasoning_detector().think_end_token,
             stops=tuple(self._stops(chat_request, tools)),
             tokens=k3.MARKERS,
         )
 
     def parse_whole(self, request: Request, output: Delta) -> Result:
         chat_request = self._chat_request(request)
-        tools = self._tool_parser(chat_request) if tool_parsing_active(chat_request) else None
+        tools = self._active_tool_parser(chat_request)
         text, reasoning = served_text(output.text, self._stops(chat_request, tools)), None
         parser = self._reasoning_parser(chat_request, stream=False)
         if parser is not None:
@@ -193,7 +201,7 @@ class SglangK3Adapter(Reproducible, Adapter):
     def open_stream(self, request: Request) -> StreamStep:
         chat_request = self._chat_request(request)
         reasoning_parser = self._reasoning_parser(chat_request, stream=True)
-        tools = self._tool_parser(chat_request) if tool_parsing_active(chat_request) else None
+        tools = self._active_tool_parser(chat_request)
         history = history_tool_calls(chat_request)
         step = serving_step(
             reasoning_parser,

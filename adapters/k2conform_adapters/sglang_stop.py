@@ -58,11 +58,9 @@ def stopping(step: StreamStep, stops: Sequence[str]) -> StreamStep:
         if stopped:
             return []
         generated += delta.text
-        stop = matched_stop(generated, stops)
-        if stop is not None:
+        if matched_stop(generated, stops) is not None:
             stopped = True
-            text = generated[: generated.find(stop)]
-            return step(Delta(text[sent:]), True)
+            return step(Delta(served_text(generated, stops)[sent:]), True)
         if not finished and holds_back(generated, stops):
             return []
         text, sent = generated[sent:], len(generated)

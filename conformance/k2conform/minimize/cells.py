@@ -90,9 +90,8 @@ class CellEngine:
         if case is None:
             return Probe("")
         cell = run_cell(self.adapter, case, mode, self.settings, self.availability)
-        spelled_case = bool(case.spelled_markers)
         found = (
-            target_signature(cell.outcome.value, cell.fields, spelled_case)
+            target_signature(cell.outcome.value, cell.fields, bool(case.spelled_markers))
             if cell.outcome.finding
             else ""
         )
