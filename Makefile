@@ -190,7 +190,7 @@ matrix-releases: parsers-extra
 			|| exit $$?; \
 		[ -s $$runs.list ] || { echo "no environment of baseline-releases-$$line.json is built" >&2; exit 2; }; \
 		RUNS=$$runs xargs -d '\n' -P $(RELEASE_JOBS) -I{} sh -c 'option=$$1; shift; \
-			name=$${option#--adapter=}; name=$${name%%=*}; \
+			name=$${option#--adapter=}; name=$${name%%=*}; name=$${name%%[[]*}; \
 			"$$0" run "$$option" "$$@" --jobs 1 --json "$$RUNS/$$name.json" > "$$RUNS/$$name.log"; \
 			echo $$? > "$$RUNS/$$name.status"' $(BIN)/k2conform {} $(RELEASE_CASES) < $$runs.list; \
 		listed=$$(wc -l < $$runs.list); ended=$$(ls $$runs | grep -c '\.status$$'); \

@@ -24,18 +24,20 @@ ROOT = Path(__file__).resolve().parent.parent
 STAMPS = ROOT / ".ci" / "lanes.json"
 #: lane -> the files and folders whose content its results depend on beyond the harness
 #: (the harness itself is pinned cell for cell by the developer lane's snapshots)
-#: The in-process Kimi K3 adapters: no stamped lane runs them (the server lane runs K3 through
-#: vllm-server-k3, in vllm_server.py).
-_K3_IN_PROCESS = tuple(
+#: The K3 reference adapter: no stamped lane runs it (a run's verdicts come from the cases).
+_K3_REFERENCE = (":(exclude)adapters/k2conform_adapters/reference_k3.py",)
+#: The engines' K3 glue and SGLang's engine stop strings (``sglang_stop``, which
+#: ``sglang-server-k3`` shares): the release lanes run them in the releases with kimi_k3; the
+#: server lane runs K3 through vllm-server-k3 (vllm_server.py).
+_ENGINE_K3 = tuple(
     f":(exclude)adapters/k2conform_adapters/{name}.py"
-    for name in ("reference_k3", "vllm_k3", "sglang_k3")
+    for name in ("vllm_k3", "sglang_k3", "sglang_stop")
 )
 #: SGLang's serving code with a scripted engine (``sglang-server``, ``sglang-server-k3``): opt-in,
-#: held to the in-process SGLang adapters by the developer lane; no stamped lane runs it.  The
-#: engine's stop strings (``sglang_stop``) serve it and ``sglang-k3``.
+#: held to the in-process SGLang adapters by the developer lane; no stamped lane runs it.
 _SGLANG_SERVING = tuple(
     f":(exclude)adapters/k2conform_adapters/{name}.py"
-    for name in ("sglang_server", "sglang_server_k3", "sglang_stop")
+    for name in ("sglang_server", "sglang_server_k3")
 )
 #: What no lane plans a cell for: the live-engine plugin's probes (``run`` takes completion
 #: cases only), the findings catalogue (the corpus loader skips it: ``catalogue check``
@@ -71,17 +73,18 @@ _IN_PROCESS_K2 = tuple(
     f":(exclude)adapters/k2conform_adapters/{name}.py"
     for name in ("vllm_parser", "vllm_legacy_parser", "sglang_parser")
 )
-#: What only a Kimi K2 lane leaves out: the K3 cases plan no cell of a K2 adapter
-#: (``Adapter.formats``), the request-level cases none of an in-process one
-#: (tests/test_request_fate.py).
-_SERVER_ONLY_CASES = (":(exclude)corpus/k3", ":(exclude)corpus/requests")
+#: The request-level cases plan no cell of an in-process adapter (tests/test_request_fate.py)
+#: nor of a ``cmd:`` one (``run`` plans before any hello).
+_SERVER_ONLY_CASES = (":(exclude)corpus/requests",)
+#: The K3 cases plan no cell of a K2 adapter (``Adapter.formats``).
+_K3_CASES = (":(exclude)corpus/k3",)
 INPUTS = {
     "releases": [
         "corpus",
         *_NOT_RUN,
         *_SERVER_ONLY_CASES,
         "adapters/k2conform_adapters",
-        *_K3_IN_PROCESS,
+        *_K3_REFERENCE,
         *_SGLANG_SERVING,
         *_SERVER_GLUE,
         *_EXTRA_GLUE,
@@ -93,7 +96,8 @@ INPUTS = {
         "corpus",
         *_NOT_RUN,
         "adapters/k2conform_adapters",
-        *_K3_IN_PROCESS,
+        *_K3_REFERENCE,
+        *_ENGINE_K3,
         *_SGLANG_SERVING,
         *_IN_PROCESS_K2,
         *_EXTRA_GLUE,
@@ -106,8 +110,10 @@ INPUTS = {
         "corpus",
         *_NOT_RUN,
         *_SERVER_ONLY_CASES,
+        *_K3_CASES,
         "adapters/k2conform_adapters",
-        *_K3_IN_PROCESS,
+        *_K3_REFERENCE,
+        *_ENGINE_K3,
         *_SGLANG_SERVING,
         *_SERVER_GLUE,
         "baseline-extra.json",

@@ -417,3 +417,56 @@ def test_serve_adapter_holds_the_adapter_to_the_release_it_is_given(release, sta
     assert hello["status"] == status, hello
     if status != "ok":
         assert "0.0.1" in hello["reason"] and "0.1.0" in hello["reason"]
+
+
+def test_a_cmd_adapter_is_planned_the_formats_its_spec_declares_and_held_to_its_hello(tmp_path):
+    """``run`` plans before any hello, so a ``cmd:`` adapter's formats are the spec's
+    (``NAME[k3]=cmd:...``; default K2): declared, the K3 reference in another process gets every
+    K3 cell and answers as in process; undeclared, its K2 cells would be judged by the wrong
+    format, so every cell is an adapter-error saying how to declare it; a format k2conform
+    does not know is one line and exit 2."""
+    serve_k3 = f"cmd:{PY} -m k2conform.cli serve-adapter reference-k3"
+    k3_cases = ["--case", "y_k3_*", "--case", "n_k3_*"]
+
+    def run(spec: str) -> tuple[subprocess.CompletedProcess, dict]:
+        out = tmp_path / "results.json"
+        out.unlink(missing_ok=True)
+        completed = subprocess.run(
+            [sys.executable, "-m", "k2conform.cli", "run", "--adapter", spec, *k3_cases,
+             "--case", "y_spec_single_call", "--delivery", "whole", "--jobs", "1",
+             "--json", str(out)],
+            capture_output=True, text=True, timeout=300, cwd=ROOT,
+        )  # fmt: skip
+        return completed, json.loads(out.read_text()) if out.exists() else {}
+
+    completed, declared = run(f"k3-remote[k3]={serve_k3}")
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    # a server-level case is planned for no cmd: adapter (run plans before the hello)
+    k3_case_ids = {
+        c.id for c in load_corpus().completions if c.format == "k3" and not c.request.server_options
+    }
+
+    def judged_in(results: dict) -> dict:  # the meta says which process answered
+        return {
+            c["case"]: (c["outcome"], {k: v for k, v in c["observed"].items() if k != "meta"})
+            for c in results["cells"]
+        }
+
+    judged = judged_in(declared)
+    assert set(judged) == {i for i in k3_case_ids if i.startswith(("y_k3_", "n_k3_"))}
+    _, in_process = run("reference-k3")
+    assert judged == judged_in(in_process)
+    assert {outcome for outcome, _ in judged.values()} == {"agree"}
+
+    completed, undeclared = run(f"k3-remote={serve_k3}")
+    assert completed.returncode == 1
+    outcomes = {c["outcome"] for c in undeclared["cells"]}
+    assert outcomes == {"adapter-error"} and {c["case"] for c in undeclared["cells"]} == {
+        "y_spec_single_call"
+    }
+    (row,) = undeclared["adapters"]
+    assert "k3-remote[k3]=cmd:" in row["reason"], row
+
+    completed, _ = run(f"k3-remote[k4]={serve_k3}")
+    assert completed.returncode == 2
+    assert completed.stderr.strip().count("\n") == 0 and "k2, k3" in completed.stderr

@@ -502,6 +502,15 @@ RELEASE_ENVIRONMENTS.update(
         "0.30.0", "0.31.0", "0.32.0",
     )}
 )  # fmt: skip
+#: The releases with kimi_k3 run each engine's K3 adapter too, labelled with the format it parses.
+RELEASE_ENVIRONMENTS.update(
+    {f"sglang-k3-{release}[k3]": ("sglang-k3", release) for release in (
+        "0.5.17", "0.5.18", "0.5.19", "0.5.21", "0.5.22",
+    )}
+    | {f"vllm-k3-{release}[k3]": ("vllm-k3", release) for release in (
+        "0.27.0", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0",
+    )}
+)  # fmt: skip
 
 
 def test_each_release_environment_holds_its_adapter_to_its_release():
@@ -533,6 +542,10 @@ def test_each_release_environment_holds_its_adapter_to_its_release():
             minor = re.sub(r"\.[1-9][0-9]*$", ".0", release)
             checked = (adapter, release) in ran or release == pin
             assert checked or ((adapter, minor) in ran and table[minor] == record), release
+    # the K3 adapters: each release one was written for is run by a lane, or is the pin
+    for adapter, pin in (("sglang-k3", "0.5.23"), ("vllm-k3", "0.33.0")):
+        k3_runs = {release for name, release in ran if name == adapter}
+        assert k3_runs | {pin} == set(create_adapter(adapter).supported_versions), adapter
 
 
 def _hello(environment: str, adapter: str, *options: str) -> dict:

@@ -105,17 +105,20 @@ def test_a_built_layer_sees_its_own_release_first_and_the_base_behind_it():
 def test_adapter_options_can_be_narrowed_to_the_environments_a_baseline_vouches_for(
     tmp_path, capsys
 ):
-    """``--adapters --baseline FILE`` lists only the built environments the baseline names, so
-    a lane gates exactly the parsers its reviewed baseline covers."""
+    """``--adapters --baseline FILE`` lists only the built environments' runs the baseline
+    names, so a lane gates exactly the parsers its reviewed baseline covers.  An environment's
+    second adapter is labelled ``ADAPTER-RELEASE``, with the formats it parses when not K2 (a
+    run plans by them before any hello)."""
     import argparse
     import json
 
-    for name in ("vllm-0.30.0", "sglang-0.5.14"):
+    for name in ("vllm-0.30.0", "sglang-0.5.14", "sglang-0.5.22"):
         (tmp_path / name / "bin").mkdir(parents=True)
         (tmp_path / name / "bin" / "python").write_text("")
         (tmp_path / name / f".k2conform-env-{name}").write_text(name)
     baseline = tmp_path / "baseline.json"
-    baseline.write_text(json.dumps({"version": 1, "adapters": ["vllm-0.30.0"], "entries": []}))
+    vouched = ["vllm-0.30.0", "sglang-k3-0.5.22"]
+    baseline.write_text(json.dumps({"version": 1, "adapters": vouched, "entries": []}))
 
     def listed(**options):
         args = argparse.Namespace(adapters=True, venv_root=tmp_path, baseline=None, names=[])
@@ -124,8 +127,15 @@ def test_adapter_options_can_be_narrowed_to_the_environments_a_baseline_vouches_
         out = capsys.readouterr().out
         return [line.split("=")[1] for line in out.splitlines()]
 
-    assert set(listed()) == {"sglang-0.5.14", "vllm-0.30.0"}
-    assert listed(baseline=baseline) == ["vllm-0.30.0"]
+    every = {
+        "sglang-0.5.14",
+        "vllm-0.30.0",
+        "vllm-k3-0.30.0[k3]",
+        "sglang-0.5.22",
+        "sglang-k3-0.5.22[k3]",
+    }
+    assert set(listed()) == every
+    assert listed(baseline=baseline) == ["vllm-0.30.0", "sglang-k3-0.5.22[k3]"]
 
 
 def test_jobs_build_the_base_first_then_the_rest_at_once(monkeypatch, tmp_path):

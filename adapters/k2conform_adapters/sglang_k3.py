@@ -1,5 +1,6 @@
 """SGLang's Kimi K3 parsers as its OpenAI server composes them (``--tool-call-parser kimi_k3
---reasoning-parser kimi_k3``), SGLang 0.5.23.
+--reasoning-parser kimi_k3``), SGLang 0.5.23 and the releases before it that have them (0.5.17
+on: their ``serving_chat`` steps are the K2 adapter's ``GLUE``).
 
 ``serving_chat.py`` has no chat-encoding adapter for ``kimi_k3``, so a reply takes the same
 branches as any model's: ``ReasoningParser("kimi_k3")`` when ``separate_reasoning`` (reasoning
@@ -41,6 +42,7 @@ from k2conform_adapters.sglang_parser import (
     history_tool_calls,
     server_structural_tag,
     serving_step,
+    stand_in_torchvision,
     tool_parsing_active,
 )
 from k2conform_adapters.sglang_stop import request_stops, served_text, stopping
@@ -53,7 +55,8 @@ class SglangK3Adapter(Reproducible, Adapter):
     #: repro/sglang.py drives kimi_k3 for a K3 output
     repro_driver = "sglang"
     package = "sglang"
-    supported_versions = ("0.5.23",)
+    #: the releases with ``kimi_k3`` (0.5.17 on), each run on the whole K3 corpus
+    supported_versions = ("0.5.17", "0.5.18", "0.5.19", "0.5.21", "0.5.22", "0.5.23")
     formats = (k3.FORMAT,)
     description = "SGLang server: --tool-call-parser kimi_k3 --reasoning-parser kimi_k3"
     coverage_files = (
@@ -69,28 +72,32 @@ class SglangK3Adapter(Reproducible, Adapter):
 
     @load_once
     def load(self) -> None:
+        #: serving_chat's steps around the parsers: the K2 adapter's table's
+        self._glue = GLUE.get(self.version() or "", GLUE[self.supported_versions[-1]])
+        if self._glue.imports_torchvision:
+            stand_in_torchvision()
         sglang = import_parser_package("sglang")
         self._version = sglang.__version__
-        #: serving_chat's steps around the parsers: the K2 adapter's table's, whose newest
-        #: release is the first with kimi_k3
-        self._glue = GLUE.get(self._version, GLUE[self.supported_versions[-1]])
         with glue_imports("sglang"):
             from sglang.srt.entrypoints.openai import protocol
             from sglang.srt.function_call.function_call_parser import FunctionCallParser
             from sglang.srt.parser.reasoning_parser import ReasoningParser
+        # the end-of-stream calls the release's serving_chat makes
+        tool_end = ("parse_stream_end",) if self._glue.stream_end else ()
+        reasoning_end = ("parse_stream_end",) if self._glue.reasoning_stream_end else ()
         require_api(
             FunctionCallParser,
             "has_tool_call",
             "parse_non_stream",
             "parse_stream_chunk",
-            "parse_stream_end",
+            *tool_end,
             owner_name="FunctionCallParser",
         )
         require_api(
             ReasoningParser,
             "parse_non_stream",
             "parse_stream_chunk",
-            "parse_stream_end",
+            *reasoning_end,
             owner_name="ReasoningParser",
         )
         if PARSER not in FunctionCallParser.ToolCallParserEnum:
@@ -108,23 +115,41 @@ class SglangK3Adapter(Reproducible, Adapter):
         if not chat_request.separate_reasoning:
             return None
         thinking = (chat_request.chat_template_kwargs or {}).get("thinking") is not False
+        # ReasoningParser(tool_call_parser_active=) from 0.5.18 (the glue's stream_end)
+        active = (
+            {"tool_call_parser_active": tool_parsing_active(chat_request)}
+            if self._glue.stream_end
+            else {}
+        )
         return call_parser(
             self._rp_cls,
             model_type=PARSER,
             stream_reasoning=chat_request.stream_reasoning if stream else False,
             force_reasoning=thinking,
             request=chat_request,
-            tool_call_parser_active=tool_parsing_active(chat_request),
+            **active,
         )
 
     def _tool_parser(self, chat_request: Any) -> Any:
-        parser = call_parser(
-            self._fcp_cls, chat_request.tools, PARSER, tool_choice=chat_request.tool_choice
-        )
+        """``FunctionCallParser(tools, "kimi_k3")``; a required or named tool_choice goes to
+        the detector only when it says it parses that format: ``owns_tool_format()`` from
+        0.5.21 (the parser told the tool_choice), before that ``supports_structural_tag()``
+        or ``parses_required_natively()`` (0.5.17-0.5.19 ``serving_chat``'s probe)."""
+        if self._glue.owns_tool_format:
+            parser = call_parser(
+                self._fcp_cls, chat_request.tools, PARSER, tool_choice=chat_request.tool_choice
+            )
+            native = [parser.owns_tool_format]
+        else:
+            parser = call_parser(self._fcp_cls, chat_request.tools, PARSER)
+            native = [
+                parser.detector.supports_structural_tag,
+                parser.detector.parses_required_natively,
+            ]
         required = chat_request.tool_choice == "required" or not isinstance(
             chat_request.tool_choice, str
         )
-        if required and not call_parser(parser.owns_tool_format):
+        if required and not any(call_parser(check) for check in native):
             raise AdapterUnavailable(
                 "a required or named tool_choice goes to SGLang's JSON-array parser, "
                 "not the kimi_k3 detector"

@@ -179,7 +179,7 @@ class SglangAdapter(Reproducible, Adapter):
     def load(self) -> None:
         self._glue = GLUE.get(self.version() or "", self._glue)
         if self._glue.imports_torchvision:
-            _stand_in_torchvision()
+            stand_in_torchvision()
         sglang = import_parser_package("sglang")
         self._version = sglang.__version__
         ends = ("parse_stream_end",) if self._glue.stream_end else ()
@@ -522,7 +522,7 @@ def _unstreamed_arguments(tool_parser: Any, *, prefix: bool) -> ToolCallDelta | 
     return ToolCallDelta(index=index, arguments=rest) if rest else None
 
 
-def _stand_in_torchvision() -> None:
+def stand_in_torchvision() -> None:
     """Before 0.5.2x, ``import sglang`` reaches ``from torchvision.io import decode_jpeg`` (an
     image decoder no Kimi path calls), and no torchvision on PyPI loads beside the CPU torch
     (its operators are built for CUDA): a module whose ``decode_jpeg`` refuses stands in."""

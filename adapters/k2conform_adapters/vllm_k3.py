@@ -1,5 +1,5 @@
 """vLLM's Kimi K3 parser as its OpenAI server composes it (``--tool-call-parser kimi_k3
---reasoning-parser kimi_k3``), vLLM 0.33.0.
+--reasoning-parser kimi_k3``), vLLM 0.33.0 and the releases before it that have it (0.27.0 on).
 
 The server builds ``ParserManager.get_parser("kimi_k3", "kimi_k3")`` (a ``KimiK3Parser``, a
 delegating parser over ``KimiK3ReasoningParser`` and ``KimiK3ToolParser``) once, then per
@@ -8,11 +8,15 @@ request: ``adjust_request`` (which forces ``skip_special_tokens=False`` and
 ``parse`` with ``assemble_chat_message_fields`` for a whole reply, ``ChatStreamProcessor.step``
 per engine output for a stream (``entrypoints/openai/chat_completion/serving.py``).  The
 reasoning parser leaves the think channel on token ids (the ids of ``<|close|>think<|sep|>``),
-so the deltas carry the stand-in's ids for the K3 markers.
+so the deltas carry the stand-in's ids for the K3 markers.  0.27-0.32 (the K2 adapter's
+``RELEASES``: ``inline``) drive the same parser from ``serving.py`` itself: ``parse`` then the
+full generator's message rule, ``parse_delta(..., finished=)`` per output; the prompt's ids go to
+``set_prompt_token_ids`` from 0.32 on, to each ``parse_delta`` always.
 """
 
 from __future__ import annotations
 
+import importlib
 import types
 from typing import Any
 
@@ -34,10 +38,16 @@ from k2conform.adapter.glue import (
     tool_calls_of,
 )
 from k2conform.k3 import markers as k3
-from k2conform.model import Delta, Request, RequestFate, Result
+from k2conform.model import Delta, Request, RequestFate, Result, ToolCall
 
 from k2conform_adapters.reproducible import Reproducible
-from k2conform_adapters.vllm_parser import load_kimi_tokenizer, processor_step
+from k2conform_adapters.vllm_parser import (
+    RELEASES,
+    inline_message_fields,
+    inline_step,
+    load_kimi_tokenizer,
+    processor_step,
+)
 
 
 class VllmK3Adapter(Reproducible, Adapter):
@@ -45,7 +55,8 @@ class VllmK3Adapter(Reproducible, Adapter):
     #: repro/vllm.py drives kimi_k3 for a K3 output
     repro_driver = "vllm"
     package = "vllm"
-    supported_versions = ("0.33.0",)
+    #: the releases with kimi_k3 (0.27.0 on), each run on the whole K3 corpus
+    supported_versions = ("0.27.0", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0")
     formats = (k3.FORMAT,)
     description = "vLLM OpenAI server: --tool-call-parser kimi_k3 --reasoning-parser kimi_k3"
     coverage_files = (
@@ -72,24 +83,36 @@ class VllmK3Adapter(Reproducible, Adapter):
     def load(self) -> None:
         vllm = import_parser_package("vllm")
         self._version = vllm.__version__
+        # the server's steps around the parser: the K2 adapter's table's (a newer release than
+        # it knows serves as its newest)
+        self._release = RELEASES.get(self._version, RELEASES[self.supported_versions[-1]])
         with glue_imports("vllm"):
-            from vllm.entrypoints.openai.chat_completion import (
-                message_assembly,
-                protocol,
-                stream_processor,
-            )
+            from vllm.entrypoints.openai.chat_completion import protocol
             from vllm.parser.parser_manager import ParserManager
         require_api(ParserManager, "get_parser", owner_name="ParserManager")
-        require_api(
-            message_assembly,
-            "assemble_chat_message_fields",
-            owner_name="chat_completion.message_assembly",
-        )
-        require_api(
-            stream_processor, "ChatStreamProcessor", owner_name="chat_completion.stream_processor"
-        )
-        self._assemble = message_assembly.assemble_chat_message_fields
-        self._processor_cls = stream_processor.ChatStreamProcessor
+        if self._release.inline:
+            with glue_imports(f"vllm {self._version}"):
+                chat_utils = importlib.import_module(self._release.chat_utils)
+            require_api(chat_utils, "make_tool_call_id", owner_name=chat_utils.__name__)
+            self._make_tool_call_id = chat_utils.make_tool_call_id
+        else:
+            with glue_imports("vllm"):
+                from vllm.entrypoints.openai.chat_completion import (
+                    message_assembly,
+                    stream_processor,
+                )
+            require_api(
+                message_assembly,
+                "assemble_chat_message_fields",
+                owner_name="chat_completion.message_assembly",
+            )
+            require_api(
+                stream_processor,
+                "ChatStreamProcessor",
+                owner_name="chat_completion.stream_processor",
+            )
+            self._assemble = message_assembly.assemble_chat_message_fields
+            self._processor_cls = stream_processor.ChatStreamProcessor
         self._request_cls = protocol.ChatCompletionRequest
         self._tokenizer = load_kimi_tokenizer(self._tokenizer)
         self._model_config = types.SimpleNamespace(
@@ -99,19 +122,27 @@ class VllmK3Adapter(Reproducible, Adapter):
             hf_overrides={},
         )
         try:
+            # get_parser validates the tokenizer from 0.32 on (the release's prompt_ids)
+            tokenizer = {"tokenizer": self._tokenizer} if self._release.prompt_ids else {}
             self._parser_cls = ParserManager.get_parser(
                 tool_parser_name="kimi_k3",
                 reasoning_parser_name="kimi_k3",
                 enable_auto_tools=self.auto_tools,
                 model_name=MODEL_NAME,
                 is_harmony=False,
-                tokenizer=self._tokenizer,
+                **tokenizer,
             )
         except Exception as exc:  # the server would not start: glue
             raise AdapterGlueError(
                 "ParserManager.get_parser", f"{type(exc).__name__}: {exc}"
             ) from exc
-        require_api(self._parser_cls, "parse", "parse_delta", "adjust_request")
+        require_api(
+            self._parser_cls,
+            "parse",
+            "parse_delta",
+            "adjust_request",
+            *(("set_prompt_token_ids",) if self._release.prompt_ids else ()),
+        )
 
     def _prepare(self, request: Request) -> tuple[Any, Any, list[int]]:
         """The request after ``adjust_request``, a fresh parser for the choice, and the token
@@ -123,7 +154,8 @@ class VllmK3Adapter(Reproducible, Adapter):
         opened = k3.opener("think" if request.thinking else "response")
         prompt_ids = list(self._tokenizer.encode(opened, add_special_tokens=False))
         parser = self._new_parser(chat_request)
-        call_parser(parser.set_prompt_token_ids, prompt_ids)
+        if self._release.prompt_ids:
+            call_parser(parser.set_prompt_token_ids, prompt_ids)
         return chat_request, parser, prompt_ids
 
     def _check_tool_choice(self, chat_request: Any) -> None:
@@ -171,6 +203,24 @@ class VllmK3Adapter(Reproducible, Adapter):
             enable_auto_tools=self.auto_tools,
             model_output_token_ids=list(output.token_ids),
         )
+        ids = RandomIds.chatcmpl()
+        if self._release.inline:  # chat_completion_full_generator's own message rule
+            reasoning, content, kept = inline_message_fields(
+                chat_request, reasoning, content, calls
+            )
+            return Result(
+                content=content,
+                reasoning=reasoning,
+                tool_calls=tuple(
+                    ToolCall(
+                        tc.name,
+                        tc.arguments,
+                        ids.mask(tc.id or call_parser(self._make_tool_call_id)),
+                    )
+                    for tc in kept
+                ),
+                meta=ids.meta(version=self._version),
+            )
         fields = call_parser(
             self._assemble,
             chat_request,
@@ -182,7 +232,6 @@ class VllmK3Adapter(Reproducible, Adapter):
         )
         # chat_completion_full_generator counts the reasoning tokens right after parse
         reasoning_tokens = call_parser(parser.count_reasoning_tokens, list(output.token_ids))
-        ids = RandomIds.chatcmpl()
         return Result(
             content=fields.content,
             reasoning=fields.reasoning,
@@ -191,8 +240,11 @@ class VllmK3Adapter(Reproducible, Adapter):
         )
 
     def open_stream(self, request: Request) -> StreamStep:
-        """One ``ChatStreamProcessor`` per choice; the finishing output says ``stop``."""
+        """One ``ChatStreamProcessor`` per choice (0.27-0.32: ``parse_delta`` per output); the
+        finishing output says ``stop``."""
         chat_request, parser, prompt_ids = self._prepare(request)
+        if self._release.inline:
+            return inline_step(parser, chat_request, None, RandomIds.chatcmpl(), prompt_ids)
         processor = self._processor_cls(
             chat_request, parser, enable_auto_tools=self.auto_tools, parser_cls=self._parser_cls
         )

@@ -506,7 +506,7 @@ class VllmAdapter(Reproducible, Adapter):
         parser = self._serving_parser(cls, chat_request, stream=True)
         ids = RandomIds.chatcmpl()
         if self._inline:
-            return _inline_step(parser, chat_request, self._remaining_args_delta, ids)
+            return inline_step(parser, chat_request, self._remaining_args_delta, ids)
         processor = self._processor_cls(
             chat_request, parser, enable_auto_tools=True, parser_cls=cls
         )
@@ -545,16 +545,18 @@ def server_reasoning_parser() -> bool:
     return os.environ.get("K2CONFORM_VLLM_REASONING", "1") != "0"
 
 
-def _inline_step(
+def inline_step(
     parser: Any,
     chat_request: Any,
     remaining_args_delta: Callable[..., Any] | None,
     ids: RandomIds,
+    prompt_ids: Sequence[int] = PROMPT_TOKEN_IDS,
 ) -> StreamStep:
     """0.20-0.32 ``chat_completion_stream_generator``: ``parse_delta`` per engine output, an
     empty output before the first token skipped ("chunked prefill"); ``separate_parsers``
     (``remaining_args_delta`` given): without ``finished=``, and the finishing delta, when it
-    carries arguments, replaced by what partial-JSON parsing left unstreamed."""
+    carries arguments, replaced by what partial-JSON parsing left unstreamed.  ``prompt_ids``:
+    the prompt's tail (the generation prompt's markers)."""
     tokens_seen = 0
 
     def step(delta: Delta, finished: bool) -> list[StreamEvent]:
@@ -568,7 +570,7 @@ def _inline_step(
             delta_text=delta.text,
             delta_token_ids=list(delta.token_ids),
             request=chat_request,
-            prompt_token_ids=PROMPT_TOKEN_IDS,
+            prompt_token_ids=list(prompt_ids),
             **end,
         )
         if finished and remaining_args_delta is not None and carries_arguments(message):

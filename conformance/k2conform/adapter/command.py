@@ -47,6 +47,7 @@ from k2conform.adapter.contract import Adapter, AdapterGlueError, AdapterUnavail
 from k2conform.adapter.protocol import (
     ProtocolError,
     check_hello,
+    declared_formats,
     is_command_spec,
     events_line,
     raise_failure,
@@ -226,6 +227,7 @@ class CommandAdapter(Adapter):
         if not is_command_spec(spec):
             raise ValueError(f"not a cmd: adapter: {spec!r}")
         self._label, command = split_spec(spec)
+        self._formats = declared_formats(spec)
         self.spec = spec
         try:
             self.argv = shlex.split(command)
@@ -270,6 +272,12 @@ class CommandAdapter(Adapter):
         """The remote adapter's, once its hello has come; before, none (a run plans no
         server-level case for it)."""
         return frozenset(self._hello.get("request_options") or ()) if self._hello else frozenset()
+
+    @property
+    def formats(self) -> tuple[str, ...]:  # type: ignore[override]
+        """The formats the spec declares (``NAME[k3]=cmd:...``; default K2), known before the
+        hello, since a run plans its cells by them; :meth:`load` holds the hello to them."""
+        return self._formats
 
     def version(self) -> str | None:
         hello = self._ensure_hello()
@@ -353,6 +361,16 @@ class CommandAdapter(Adapter):
             raise AdapterUnavailable(f"{self._hello['name']} (via {self.argv[0]}): {reason}")
         if status == "adapter-error":
             raise AdapterGlueError(f"{self._hello['name']} (via {self.argv[0]})", reason)
+        parses = tuple(self._hello.get("formats") or Adapter.formats)
+        if sorted(parses) != sorted(self.formats):
+            # The run planned its cells by the spec: another format's cells would be judged
+            # by the wrong rule, or missing ones never planned.
+            said = ",".join(parses)
+            raise AdapterGlueError(
+                f"{self._hello['name']} (via {self.argv[0]})",
+                f"it parses {said}, the spec declares {','.join(self.formats)}: "
+                f"name the formats in the spec, {self._label or 'NAME'}[{said}]=cmd:...",
+            )
 
     def _exchange(self, message: Mapping[str, Any]) -> Any:
         """One request, one response; a dead or babbling peer is the parser's crash."""

@@ -9,13 +9,20 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping, Sequence
 
-from k2conform.adapter.contract import AdapterGlueError, AdapterUnavailable, ParserCrash
+from k2conform.adapter.contract import Adapter, AdapterGlueError, AdapterUnavailable, ParserCrash
+from k2conform.errors import UsageError
+from k2conform.formats import FORMATS
 from k2conform.model import Delta, Request, Result, ResultOutcome, StreamEvent, ToolCallDelta
 
 PROTOCOL = "k2conform-adapter/1"
 PREFIX = "cmd:"
-#: ``NAME=cmd:COMMAND``: an explicit report name.
-_NAMED = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9_.@+\-]*)=cmd:(?P<command>.*)$", re.S)
+#: ``NAME=cmd:COMMAND``: an explicit report name; ``NAME[k3]=cmd:COMMAND`` also the formats the
+#: remote adapter parses (comma-separated; default K2 only), which a run plans its cells by
+#: before any hello.
+_NAMED = re.compile(
+    r"^(?P<name>[A-Za-z0-9][A-Za-z0-9_.@+\-]*)(?:\[(?P<formats>[^\]]*)\])?=cmd:(?P<command>.*)$",
+    re.S,
+)
 
 
 def is_command_spec(spec: str) -> bool:
@@ -29,6 +36,22 @@ def split_spec(spec: str) -> tuple[str | None, str]:
     if named:
         return named.group("name"), named.group("command")
     return None, spec[len(PREFIX) :]
+
+
+def declared_formats(spec: str) -> tuple[str, ...]:
+    """The formats a ``cmd:`` spec says its adapter parses (``NAME[k2,k3]=cmd:...``; else the
+    contract's default); UsageError for a format k2conform does not know."""
+    named = _NAMED.match(spec)
+    if named is None or named.group("formats") is None:
+        return Adapter.formats
+    said = tuple(part.strip() for part in named.group("formats").split(","))
+    unknown = [name for name in said if name not in FORMATS]
+    if unknown or not said:
+        raise UsageError(
+            f"{spec.split('=cmd:', 1)[0]!r}: the formats in [...] must be among "
+            f"{', '.join(FORMATS)} (got {named.group('formats')!r})"
+        )
+    return said
 
 
 class ProtocolError(Exception):
@@ -87,6 +110,12 @@ def check_hello(hello: Any) -> None:
         raise ProtocolError("the hello's 'version' must be a string or null")
     if hello.get("status", "ok") not in ("ok", "unavailable", "adapter-error"):
         raise ProtocolError(f"the hello's 'status' is {hello.get('status')!r}")
+    formats = hello.get("formats", list(Adapter.formats))
+    if not isinstance(formats, list) or not formats or not all(f in FORMATS for f in formats):
+        raise ProtocolError(
+            f"the hello's 'formats' must be a non-empty array of {', '.join(FORMATS)}, "
+            f"got {formats!r}"
+        )
 
 
 def _optional_str(data: Mapping[str, Any], key: str, where: str) -> str | None:

@@ -65,6 +65,7 @@ def hello(adapter: Adapter, status: str, reason: str) -> dict[str, Any]:
         "cell_timeout": adapter.cell_timeout,
         "stop_string_holdback": adapter.stop_string_holdback,
         "request_options": sorted(adapter.request_options),
+        "formats": list(adapter.formats),
         "status": status,
         "reason": reason,
         "description": adapter.description,

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 from typing import Sequence
 
+from k2conform.adapter.protocol import split_spec
 from k2conform.errors import UsageError
 from k2conform.resources import checkout_root
 from k2conform.setup import parsers
@@ -97,10 +98,10 @@ def cmd_setup_parsers(args: argparse.Namespace) -> int:
         for environment in known.values():
             if not parsers.installed(environment, root):
                 continue
-            if vouched is not None and environment.name not in vouched:
-                continue
             for option in environment.adapter_options(root):  # none for the project venv
-                print(option)
+                label = split_spec(option.removeprefix("--adapter="))[0]
+                if vouched is None or label in vouched:
+                    print(option)
         return 0
     names: Sequence[str] = args.names or (
         [n for n, e in known.items() if e.extra or e.into_current] if args.all else []

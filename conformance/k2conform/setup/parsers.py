@@ -74,16 +74,27 @@ class Environment:
         return release_of(self.name) if self.over else None
 
     def adapter_options(self, root: Path) -> list[str]:
-        """``--adapter NAME=cmd:...`` for each adapter this environment serves (extra ones only),
-        held to the environment's release where it has one (``serve-adapter --release``)."""
+        """``--adapter LABEL=cmd:...`` for each adapter this environment serves (extra ones only),
+        held to the environment's release where it has one (``serve-adapter --release``).  The
+        environment's name labels its first adapter (its line's); another is labelled
+        ``ADAPTER-RELEASE`` (``sglang-k3-0.5.22``: release 0.5.22 of the ``sglang-k3`` line in
+        ``history``).  A label names the formats of an adapter that parses other than K2
+        (``LABEL[k3]=cmd:...``), since a run plans its cells before any hello."""
         if self.into_current:
             return []
+        from k2conform.adapter.contract import Adapter
+        from k2conform.adapter.registry import create_adapter
+
         script = self.venv(root) / "bin" / "k2conform"
         release = f" --release {self.release}" if self.release else ""
-        return [
-            f"--adapter={self.name}=cmd:{script} serve-adapter {adapter}{release}"
-            for adapter in self.adapters
-        ]
+        options = []
+        for n, adapter in enumerate(self.adapters):
+            label = self.name if n == 0 else f"{adapter}-{self.release or self.name}"
+            formats = create_adapter(adapter).formats
+            if formats != Adapter.formats:
+                label += f"[{','.join(formats)}]"
+            options.append(f"--adapter={label}=cmd:{script} serve-adapter {adapter}{release}")
+        return options
 
 
 def environments() -> dict[str, Environment]:
