@@ -80,6 +80,27 @@ def test_sglangs_k3_server_stops_at_the_tools_closer():
     assert not any(e.content for e in events)
 
 
+def test_sglangs_k3_ids_count_the_calls_of_the_conversation():
+    """sgl-project/sglang#39897: the model writes the conversation's call counter (index 1 after
+    one call); SGLang's id is ``NAME:<calls in the history + position>`` (``_process_tool_call_id``
+    for kimi_k3), so ``sglang-k3`` reads the conversation (``request_options``), one-shot and
+    streamed; without it the same output gets ``get_weather:0``."""
+    import dataclasses
+
+    from k2conform.adapter.registry import create_adapter
+
+    assert "messages" in create_adapter("sglang-k3").request_options
+    whole = _whole("sglang-k3", "y_k3_second_turn_global_index")
+    assert [(c.name, c.id) for c in whole.tool_calls] == [("get_weather", "get_weather:1")]
+    _, _, events = _streamed("sglang-k3", "y_k3_second_turn_global_index")
+    assert [(d.index, d.id) for e in events for d in e.tool_calls if d.id] == [(0, "get_weather:1")]
+    case = BY_ID["y_k3_second_turn_global_index"]
+    first_turn = dataclasses.replace(case.request, server_options={})
+    output = modes.engine_output(case.model_output)
+    alone = create_adapter("sglang-k3").parse_whole(first_turn, Delta(output))
+    assert [c.id for c in alone.tool_calls] == ["get_weather:0"]
+
+
 def test_a_stop_string_is_held_back_while_it_may_begin_and_cut_when_it_ends():
     """SGLang's engine as ``sglang_stop`` stands in for it: a piece that may begin a stop string
     waits for the next; the piece that completes one finishes the stream, its text cut before

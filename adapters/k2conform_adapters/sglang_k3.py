@@ -69,6 +69,8 @@ class SglangK3Adapter(Reproducible, Adapter):
         "sglang/srt/parser/reasoning_parser.py",
     )
     serving_files = ("sglang/srt/entrypoints/openai/serving_chat.py",)
+    #: The conversation: its assistant turns' calls count in each id (``_process_tool_call_id``).
+    request_options = frozenset({"messages"})
 
     @load_once
     def load(self) -> None:
@@ -109,7 +111,9 @@ class SglangK3Adapter(Reproducible, Adapter):
 
     def _chat_request(self, request: Request) -> Any:
         self.load()
-        return build_chat_request(self._request_cls, request, choice_without_tools="none")
+        return build_chat_request(
+            self._request_cls, request, choice_without_tools="none", options=self.request_options
+        )
 
     def _reasoning_parser(self, chat_request: Any, *, stream: bool) -> Any | None:
         if not chat_request.separate_reasoning:

@@ -114,6 +114,22 @@ def answer(*calls: str) -> str:
 
 
 PARIS = call("get_weather", 1, argument("city", "Paris"))
+#: A conversation whose assistant turn made one call (id as SGLang mints it) and got its result.
+SECOND_TURN = (
+    {"role": "user", "content": "Weather in Paris, then in Tokyo?"},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "get_weather:0",
+                "type": "function",
+                "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+            }
+        ],
+    },
+    {"role": "tool", "tool_call_id": "get_weather:0", "content": '{"temp_c": 18}'},
+)
 OSLO = call("get_weather", 2, argument("city", "Oslo"))
 
 
@@ -299,6 +315,16 @@ def _table(rng: random.Random) -> Iterator[tuple[str, str, str, str, Mapping[str
         THREADS["global-index"],
         think,
         f"r{THINK_END}{tools(call('get_weather', 5, argument('city', 'Lima')))}{MESSAGE_END}",
+    )
+    yield (
+        "y_k3_second_turn_global_index",
+        "K3.index",
+        "A second turn after one call and its result: the model writes index 1 (the "
+        "conversation's counter), the call is OpenAI index 0; its id is the server's (SGLang "
+        "mints NAME:<calls in the history + position>, vLLM a random one)",
+        THREADS["global-index"],
+        {"thinking": True, "server_options": {"messages": SECOND_TURN}},
+        f"r{THINK_END}{tools(call('get_weather', 1, argument('city', 'Tokyo')))}{MESSAGE_END}",
     )
     yield (
         "y_k3_newlines_in_channels",
@@ -711,6 +737,7 @@ def generate(seed: int = BASE_SEED) -> list[CompletionCase]:
             tools=fields.get("tools", TOOLS),
             tool_choice=fields.get("tool_choice", "auto"),
             thinking=fields["thinking"],
+            server_options=fields.get("server_options", {}),
         )
         prefix, reasons = FORMATS[FORMAT].verdict(request, output, bool(spelled))
         if prefix != case_id[0]:
