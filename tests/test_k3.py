@@ -3,6 +3,8 @@ of the matrix, and the two engines' K3 parsers driven as their servers compose t
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from k2conform.case.corpus import load_corpus
@@ -142,6 +144,27 @@ def test_vllms_k3_server_without_auto_tool_choice_refuses_tool_choices_and_split
         _, delivery, events = _streamed(adapter_name, case_id)
         fed = max(len(d.text) for d in delivery.deltas)
         assert assemble(events, fed, leaks=delivery.leaks).result.content == "Hi"
+
+
+def test_vllms_k3_server_without_strict_tool_calling_refuses_a_named_choice(monkeypatch):
+    """``vllm-k3-lenient-tools`` (``VLLM_ENFORCE_STRICT_TOOL_CALLING=0``): no structural tag, so
+    the K3 tool parser refuses a named tool_choice (HTTP 400 with its words) and a required one
+    is parsed unconstrained; ``vllm-k3`` models the default server whatever the environment
+    says, and leaves the environment as it found it."""
+    from k2conform.adapter import RequestRefused
+    from k2conform.adapter.registry import create_adapter
+
+    named = BY_ID["y_k3_tool_choice_named"]
+    output = Delta(modes.engine_output(named.model_output))
+    with pytest.raises(RequestRefused, match="Named tool choice for Kimi K3 requires strict"):
+        create_adapter("vllm-k3-lenient-tools").parse_whole(named.request, output)
+    required = _whole("vllm-k3-lenient-tools", "y_k3_tool_choice_required")
+    assert [c.name for c in required.tool_calls] == ["get_weather"]
+    monkeypatch.setenv("VLLM_ENFORCE_STRICT_TOOL_CALLING", "0")
+    strict = create_adapter("vllm-k3")
+    assert [c.name for c in strict.parse_whole(named.request, output).tool_calls] == ["get_weather"]
+    assert strict.structural_tag(named.request) is not None
+    assert os.environ["VLLM_ENFORCE_STRICT_TOOL_CALLING"] == "0"
 
 
 def _streamed(adapter_name: str, case_id: str):

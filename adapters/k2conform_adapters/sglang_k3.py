@@ -69,8 +69,9 @@ class SglangK3Adapter(Reproducible, Adapter):
         "sglang/srt/parser/reasoning_parser.py",
     )
     serving_files = ("sglang/srt/entrypoints/openai/serving_chat.py",)
-    #: The conversation: its assistant turns' calls count in each id (``_process_tool_call_id``).
-    request_options = frozenset({"messages"})
+    #: The conversation (its assistant turns' calls count in each id: ``_process_tool_call_id``)
+    #: and ``separate_reasoning`` (False: no reasoning parser runs).
+    request_options = frozenset({"messages", "separate_reasoning"})
 
     @load_once
     def load(self) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from k2conform.k3 import markers as k3
 
+from k2conform_adapters.sglang_parser import SERVING_CHAT_OPTIONS
 from k2conform_adapters.sglang_server import SglangServerAdapter
 
 
@@ -24,6 +25,8 @@ class SglangServerK3Adapter(SglangServerAdapter):
         "(real serving code; scripted TokenizerManager)"
     )
     parser = "kimi_k3"
+    #: serving_chat's options, and ``separate_reasoning`` (a K3 case turns it off)
+    request_options = SERVING_CHAT_OPTIONS | {"separate_reasoning"}
 
     def reasoning_parser(self, thinking: bool) -> str | None:
         """One server for every request: K3's reasoning detector reads thinking from the

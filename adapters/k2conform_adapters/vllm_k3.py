@@ -17,12 +17,14 @@ full generator's message rule, ``parse_delta(..., finished=)`` per output; the p
 from __future__ import annotations
 
 import importlib
+import os
 import types
 from typing import Any
 
 from k2conform.adapter.contract import (
     Adapter,
     AdapterGlueError,
+    ParserCrash,
     RequestRefused,
     StreamStep,
     call_parser,
@@ -50,6 +52,10 @@ from k2conform_adapters.vllm_parser import (
 )
 
 
+#: vLLM's switch for its structural tags (read at each request, ``vllm/envs.py``).
+STRICT_TOOL_CALLING = "VLLM_ENFORCE_STRICT_TOOL_CALLING"
+
+
 class VllmK3Adapter(Reproducible, Adapter):
     name = "vllm-k3"
     #: repro/vllm.py drives kimi_k3 for a K3 output
@@ -75,6 +81,9 @@ class VllmK3Adapter(Reproducible, Adapter):
     stop_string_holdback = True
     #: The server's ``--enable-auto-tool-choice``.
     auto_tools = True
+    #: The server's ``VLLM_ENFORCE_STRICT_TOOL_CALLING`` (``vllm/envs.py``, default on): off, no
+    #: structural tag constrains a tool call.
+    strict_tool_calling = True
 
     def __init__(self, tokenizer: Any | None = None) -> None:
         self._tokenizer = tokenizer
@@ -88,8 +97,11 @@ class VllmK3Adapter(Reproducible, Adapter):
         self._release = RELEASES.get(self._version, RELEASES[self.supported_versions[-1]])
         with glue_imports("vllm"):
             from vllm.entrypoints.openai.chat_completion import protocol
+            from vllm.exceptions import VLLMValidationError
             from vllm.parser.parser_manager import ParserManager
         require_api(ParserManager, "get_parser", owner_name="ParserManager")
+        #: what the server answers with an HTTP 400
+        self._validation_error = VLLMValidationError
         if self._release.inline:
             with glue_imports(f"vllm {self._version}"):
                 chat_utils = importlib.import_module(self._release.chat_utils)
@@ -150,13 +162,31 @@ class VllmK3Adapter(Reproducible, Adapter):
         self.load()
         chat_request = build_chat_request(self._request_cls, request, choice_without_tools=None)
         self._check_tool_choice(chat_request)
-        chat_request = call_parser(self._new_parser(chat_request).adjust_request, chat_request)
+        chat_request = self._adjust(chat_request)
         opened = k3.opener("think" if request.thinking else "response")
         prompt_ids = list(self._tokenizer.encode(opened, add_special_tokens=False))
         parser = self._new_parser(chat_request)
         if self._release.prompt_ids:
             call_parser(parser.set_prompt_token_ids, prompt_ids)
         return chat_request, parser, prompt_ids
+
+    def _adjust(self, chat_request: Any) -> Any:
+        """``adjust_request`` as the renderer calls it, in the server's environment; a request
+        the parser refuses there (``VLLMValidationError``) is the server's HTTP 400."""
+        strict = "1" if self.strict_tool_calling else "0"
+        saved = os.environ.get(STRICT_TOOL_CALLING)
+        os.environ[STRICT_TOOL_CALLING] = strict
+        try:
+            return call_parser(self._new_parser(chat_request).adjust_request, chat_request)
+        except ParserCrash as crash:
+            if isinstance(crash.cause, self._validation_error):
+                raise RequestRefused(RequestFate.REJECTED, f"HTTP 400: {crash.cause}") from None
+            raise
+        finally:
+            if saved is None:
+                os.environ.pop(STRICT_TOOL_CALLING)
+            else:
+                os.environ[STRICT_TOOL_CALLING] = saved
 
     def _check_tool_choice(self, chat_request: Any) -> None:
         """The renderer's refusal when the server has no tool parser (``online_renderer.py``:
@@ -267,3 +297,18 @@ class VllmK3NoAutoToolsAdapter(VllmK3Adapter):
     )
     run_by_default = False
     auto_tools = False
+
+
+class VllmK3LenientToolsAdapter(VllmK3Adapter):
+    """The same server started with ``VLLM_ENFORCE_STRICT_TOOL_CALLING=0``: no structural tag,
+    so the K3 tool parser refuses a named tool_choice (``adjust_request``: HTTP 400, it cannot
+    force the call) and a ``required`` one goes unconstrained; parsing is unchanged.  Opt-in:
+    what ``k2conform coverage`` runs to reach that configuration's branch."""
+
+    name = "vllm-k3-lenient-tools"
+    description = (
+        "vLLM OpenAI server: --tool-call-parser kimi_k3 --reasoning-parser kimi_k3, "
+        "VLLM_ENFORCE_STRICT_TOOL_CALLING=0"
+    )
+    run_by_default = False
+    strict_tool_calling = False

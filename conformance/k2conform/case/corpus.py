@@ -540,6 +540,7 @@ SERVER_OPTIONS: dict[str, str] = {
     ),
     "continue_final_message": "true or false (the reply continues the last assistant message)",
     "stream_reasoning": "true or false (SGLang: stream the reasoning as it arrives)",
+    "separate_reasoning": "true or false (SGLang: false runs no reasoning parser)",
     "empty_tools": "true or false (the body carries tools: [] where a case without tools has none)",
     "prior_tools": (
         "a non-empty array of tools, sent with the same output in a request of its own just "

@@ -647,6 +647,26 @@ def _table(rng: random.Random) -> Iterator[tuple[str, str, str, str, Mapping[str
         f"Hi{CLOSE}resp",
     )
     yield (
+        "n_k3_no_tools_max_tokens_inside_response",
+        "K3.truncation",
+        "No tools declared: max_tokens cuts the answer inside the response channel (a server "
+        "without a tool parser unwraps the channel itself: vllm/parser/kimi_k3.py's content "
+        "strip)",
+        THREADS["eos-in-think"],
+        no_tools,
+        f"Let me see.{THINK_END}{RESPONSE}It is sun",
+    )
+    yield (
+        "y_k3_separate_reasoning_off_thinking_off",
+        "K3.request",
+        "Thinking off, the server asked not to separate reasoning (SGLang's separate_reasoning): "
+        "no reasoning parser unwraps the response channel, so the tool parser's normal text "
+        "carries its closer (sglang/srt/function_call/kimik3_detector.py strips it)",
+        FORMAT_SOURCE,
+        {"thinking": False, "server_options": {"separate_reasoning": False}},
+        f"Checking.{RESPONSE_END}{tools(PARIS)}{MESSAGE_END}",
+    )
+    yield (
         "i_k3_response_reopened_thinking_off",
         "K3.order",
         "Thinking off: the model opens the response channel the prompt already opened",
