@@ -167,6 +167,22 @@ def test_vllms_k3_server_without_strict_tool_calling_refuses_a_named_choice(monk
     assert os.environ["VLLM_ENFORCE_STRICT_TOOL_CALLING"] == "0"
 
 
+def test_sglangs_parse_function_call_endpoint_parses_the_whole_text_with_the_detector_alone():
+    """``sglang-k3-parse-function-call``: SGLang's ``/parse_function_call`` hands the whole text
+    to ``FunctionCallParser(tools, "kimi_k3").parse_non_stream``: no reasoning parser (the think
+    text stays in the normal text), no server ids, no stop at the tools closer (the message
+    closer stays too), one-shot only."""
+    from k2conform.adapter.registry import create_adapter
+
+    name = "sglang-k3-parse-function-call"
+    assert modes.adapter_modes(create_adapter(name)) == ("whole",)
+    call = _whole(name, "y_k3_think_then_call")
+    assert call.reasoning is None and call.content == "Need weather.<|close|>think<|sep|>"
+    assert [(c.name, c.id) for c in call.tool_calls] == [("get_weather", None)]
+    answer = _whole(name, "y_k3_think_then_response")
+    assert answer.content == BY_ID["y_k3_think_then_response"].model_output
+
+
 def _streamed(adapter_name: str, case_id: str):
     """A case through one adapter in stream-token, as the matrix delivers it: each event."""
     from k2conform.adapter.registry import create_adapter

@@ -242,6 +242,34 @@ class SglangK3Adapter(Reproducible, Adapter):
         return stopping(step, self._stops(chat_request, tools))
 
 
+class SglangK3ParseFunctionCallAdapter(SglangK3Adapter):
+    """SGLang's native ``/parse_function_call`` endpoint with ``"tool_call_parser": "kimi_k3"``
+    (``http_server.py``: no native text parser serves kimi_k3, so ``FunctionCallParser(tools,
+    "kimi_k3").parse_non_stream`` on the whole text): no reasoning parser, no stop, no
+    ``has_tool_call`` first; the reply is the normal text and the calls, without ids.  One-shot
+    only.  Opt-in: what ``k2conform coverage`` runs to reach the detector's parse of a text
+    without a tools channel, which the chat server never asks for."""
+
+    name = "sglang-k3-parse-function-call"
+    description = "SGLang /parse_function_call with tool_call_parser kimi_k3 (one-shot)"
+    run_by_default = False
+    delivery_modes = ("whole",)
+    request_options = frozenset()
+    #: one-shot only: no stream to open
+    open_stream = Adapter.open_stream
+
+    def parse_whole(self, request: Request, output: Delta) -> Result:
+        tools = self._chat_request(request).tools or []
+        parser = call_parser(self._fcp_cls, tools, PARSER)
+        text, items = call_parser(parser.parse_non_stream, output.text)
+        return Result(
+            content=text,
+            reasoning=None,
+            tool_calls=tuple(ToolCall(item.name, item.parameters, None) for item in items),
+            meta={"version": self._version},
+        )
+
+
 def call_id(name: str, tool_index: int, history: int) -> str:
     """``_process_tool_call_id`` for kimi_k3: ``NAME:<calls in the history + tool_index>``."""
     return f"{name}:{history + tool_index}"
