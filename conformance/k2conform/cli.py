@@ -38,10 +38,12 @@ The canonical result every adapter returns (one JSON object):
    "meta": {...recorded, never compared...}}
 
 Adapters in another process (the adapter protocol, docs/adapter-protocol.md):
-  --adapter 'cmd:COMMAND ARGS' (or 'NAME=cmd:COMMAND ARGS') wherever an adapter name is
-  accepted.  The command is started once and speaks one JSON object per line:
+  --adapter 'cmd:COMMAND ARGS' (or 'NAME=cmd:COMMAND ARGS'; 'NAME[k3]=cmd:...' for a parser
+  of Kimi K3 output, the formats a run plans by) wherever an adapter name is accepted.  The
+  command is started once and speaks one JSON object per line:
     hello (its first stdout line):
       {"protocol": "k2conform-adapter/1", "name": str, "version": str|null,
+       "formats": ["k2"|"k3", ...] (default ["k2"]; must be the spec's),
        "status": "ok"|"unavailable"|"adapter-error", "reason": str}
     request (one stdin line per parse):
       {"mode": "whole"|"stream", "request": {"tools": [...], "tool_choice": ..., "thinking": bool},
