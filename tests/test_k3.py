@@ -176,6 +176,10 @@ def test_sglangs_parse_function_call_endpoint_parses_the_whole_text_with_the_det
 
     name = "sglang-k3-parse-function-call"
     assert modes.adapter_modes(create_adapter(name)) == ("whole",)
+    required = BY_ID["y_k3_tool_choice_required"].request
+    assert create_adapter(name).structural_tag(required) is None
+    # the chat server's adapter, not loaded yet, gives its tag (it loads what it reads)
+    assert create_adapter("sglang-k3").structural_tag(required) is not None
     call = _whole(name, "y_k3_think_then_call")
     assert call.reasoning is None and call.content == "Need weather.<|close|>think<|sep|>"
     assert [(c.name, c.id) for c in call.tool_calls] == [("get_weather", None)]

@@ -168,6 +168,7 @@ class SglangK3Adapter(Reproducible, Adapter):
     def _reasoning_detector(self) -> Any:
         """The server's reasoning detector (``serving_chat._reasoning_detector``): its think
         markers."""
+        self.load()
         return call_parser(self._rp_cls, model_type=PARSER).detector
 
     def _stops(self, chat_request: Any, tools: Any | None) -> list[str]:
@@ -257,6 +258,9 @@ class SglangK3ParseFunctionCallAdapter(SglangK3Adapter):
     request_options = frozenset()
     #: one-shot only: no stream to open
     open_stream = Adapter.open_stream
+    #: the endpoint parses text it did not generate: no grammar constrains it
+    structural_tag = Adapter.structural_tag
+    grammar_use = Adapter.grammar_use
 
     def parse_whole(self, request: Request, output: Delta) -> Result:
         tools = self._chat_request(request).tools or []
