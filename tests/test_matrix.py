@@ -159,9 +159,11 @@ def _comparable(results: dict) -> dict:
     return {(c["case"], c["adapter"], c["delivery"]): untimed(c) for c in results["cells"]}
 
 
-#: the cases the shard test splits: a quarter of the corpus, with most of its findings (the
-#: snapshots above pin every cell of the whole run; this test is about splitting and merging)
-SHARDED = "n_*"
+#: the cases the shard test splits: the JSON-value and the Kimi K3 negative cases, both formats
+#: and many findings (the snapshots above pin every cell of the whole run; this test is about
+#: splitting and merging, which does not depend on how many cases there are: 68 cases cost a
+#: third of the 138 ``n_*`` ones it took before, 7 Dec 2026)
+SHARDED = ("n_json_*", "n_k3_*")
 
 
 @pytest.mark.slow
@@ -181,8 +183,7 @@ def test_three_shards_merged_equal_the_unsharded_run(tmp_path):
                 "run",
                 *(["--shard", f"{k}/3"] if k else []),
                 *MATRIX_MODES,
-                "--case",
-                SHARDED,
+                *(option for glob in SHARDED for option in ("--case", glob)),
                 "--json",
                 str(path),
                 "--baseline",
@@ -194,7 +195,9 @@ def test_three_shards_merged_equal_the_unsharded_run(tmp_path):
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         shards.append(json.loads(path.read_text()))
     whole = shards.pop(0)
-    assert len(whole["cases"]) >= 100 and all(fnmatch(c["id"], SHARDED) for c in whole["cases"])
+    ids = [c["id"] for c in whole["cases"]]
+    assert all(any(fnmatch(i, glob) for glob in SHARDED) for i in ids)
+    assert all(sum(fnmatch(i, glob) for i in ids) >= 20 for glob in SHARDED)  # both formats
     case_sets = [{c["id"] for c in s["cases"]} for s in shards]
     assert all(case_sets) and not (
         case_sets[0] & case_sets[1] or case_sets[0] & case_sets[2] or case_sets[1] & case_sets[2]
@@ -222,9 +225,8 @@ def test_three_shards_merged_equal_the_unsharded_run(tmp_path):
     assert _comparable(merged_results) == _comparable(whole)
     assert {c["id"] for c in merged_results["cases"]} == {c["id"] for c in whole["cases"]}
     assert merged_results["gate"]["passed"]
-    assert merged_results["gate"]["baselined"] == sum(
-        CellOutcome(c["outcome"]).finding for c in whole["cells"]
-    )
+    findings = sum(CellOutcome(c["outcome"]).finding for c in whole["cells"])
+    assert merged_results["gate"]["baselined"] == findings > 0
     assert (tmp_path / "all.html").read_text().count("<table") >= 1
     twice = subprocess.run(
         [
