@@ -9,7 +9,11 @@ what it exists to run.
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
+import subprocess
+from pathlib import Path
 from typing import NoReturn
 
 import pytest
@@ -30,3 +34,43 @@ def missing(reason: str) -> NoReturn:
     if os.environ.get(REQUIRE) == "1":
         pytest.fail(f"{reason} ({REQUIRE}=1: a missing environment fails the lane)")
     pytest.skip(reason)
+
+
+def run_once(
+    tmp_path_factory: pytest.TempPathFactory,
+    name: str,
+    command: list[str],
+    timeout: float,
+    unset: tuple[str, ...] = (),
+) -> tuple[Path, dict]:
+    """Run a lane's ``make`` command once for the whole test session, whichever worker asks
+    first (the others wait on its lock), in a folder every worker shares: ``command`` may name
+    it as ``{root}``.  Returns the folder and what the command did (``rc``, the ends of
+    ``stdout`` and ``stderr``): the tests read what the lane wrote there.  ``unset``: variables
+    the command must not inherit."""
+    uid = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    base = tmp_path_factory.getbasetemp()
+    root = (base.parent / f"{name}-{uid}") if uid else (base / name)
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = root / "done.json"
+        if not done.exists():
+            env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", *unset)}
+            proc = subprocess.run(
+                [part.replace("{root}", str(root)) for part in command],
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                env=env,
+            )
+            done.write_text(
+                json.dumps(
+                    {
+                        "rc": proc.returncode,
+                        "stdout": proc.stdout[-5000:],
+                        "stderr": proc.stderr[-5000:],
+                    }
+                )
+            )
+    return root, json.loads((root / "done.json").read_text())

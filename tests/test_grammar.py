@@ -405,14 +405,27 @@ def _tokenizer():
 
 @pytest.mark.grammar
 def test_the_grammar_lane_passes_its_baseline_and_joins_the_matrix_as_a_column(tmp_path):
-    """The whole corpus's constrained cases and 20 walks per grammar, both engines pinned, gated
-    by baseline-grammar.json (exit 0); then merged beside a run as one more column."""
+    """The grammar lane as ``make matrix-grammar`` runs it (.ci/run runs no other): the whole
+    corpus's constrained cases and 20 walks per grammar, both engines pinned, gated by
+    baseline-grammar.json (make's exit status 0); then merged beside a run as one more column."""
     _pinned_environments()
-    out = tmp_path / "grammar.json"
-    done = k2conform(
-        "grammar", "--baseline", str(ROOT / "baseline-grammar.json"), "--json", str(out)
+    done = subprocess.run(
+        [
+            "make",
+            "--no-print-directory",
+            "-C",
+            str(ROOT),
+            "grammar-lane",
+            f"VENV={sys.prefix}",
+            f"GRAMMAR_REPORT={tmp_path}",
+        ],
+        capture_output=True,
+        text=True,
+        env={k: v for k, v in os.environ.items() if k != "MAKEFLAGS"}
+        | {"K2CONFORM_VENVS": str(VENVS)},
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    out = tmp_path / "results.json"
     document = json.loads(out.read_text())
     assert document["modes"] == [modes.GRAMMAR_MODE] and document["gate"]["passed"]
     assert document["gate"]["baselined"] > 0 and document["gate"]["new"] == 0

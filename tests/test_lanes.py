@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import importlib
+import inspect
 import re
 import shutil
 import subprocess
@@ -38,27 +40,35 @@ def test_the_developer_lane_leaves_out_every_lane_and_ci_runs_the_rest():
     )
     assert lanes_run and _markers(lanes_run.group(1)) == set(LANES) - {"llama_cpp"}
     ci = (ROOT / ".ci" / "run").read_text()
-    for target in ("test", "test-lanes", "matrix-grammar"):
+    for target in ("test", "test-lanes"):
         assert re.search(rf'^step "[^"]+" {target}$', ci, re.MULTILINE), target
+    # the grammar lane is the grammar tests' run of it (tests/test_grammar.py), with its gate
+    assert "matrix-grammar" not in ci and "test_grammar.py" in ci
+    assert '"grammar-lane"' in (ROOT / "tests" / "test_grammar.py").read_text()
     # a lane with a stamp runs in full or as its guard, by its own stamp
-    for lane, target in (("extra", "matrix-extra-parsers"), ("releases", "matrix-releases")):
-        branch = re.search(
-            rf"^if python3 \.ci/lanes\.py check {lane}; then\n"
-            rf'  step "[^"]+" {target}-guard\nelse\n  step "[^"]+" {target}\nfi$',
-            ci,
-            re.MULTILINE,
-        )
-        assert branch, lane
-    # the server lane's guard is the server tests' run (so the servers start once): .ci/run
-    # runs only the full lane, and only when its inputs changed
     branch = re.search(
-        r"^if python3 \.ci/lanes\.py check servers; then\n((?:  (?!step ).*\n)+)else\n"
-        r'  step "[^"]+" matrix-servers\nfi$',
+        r"^if python3 \.ci/lanes\.py check extra; then\n"
+        r'  step "[^"]+" matrix-extra-parsers-guard\nelse\n'
+        r'  step "[^"]+" matrix-extra-parsers\nfi$',
         ci,
         re.MULTILINE,
     )
-    assert branch and "test_vllm_server.py" in branch.group(1)
-    assert '"server-lane-guard"' in (ROOT / "tests" / "test_vllm_server.py").read_text()
+    assert branch
+    # the server lane's guard is the server tests' run (so the servers start once), the release
+    # lanes' the release tests' (each release imported once): .ci/run runs only the full lane,
+    # and only when its inputs changed
+    for lane, target, test_file, guard in (
+        ("servers", "matrix-servers", "test_vllm_server.py", "server-lane-guard"),
+        ("releases", "matrix-releases", "test_more_parsers.py", "release-lanes-guard"),
+    ):
+        branch = re.search(
+            rf"^if python3 \.ci/lanes\.py check {lane}; then\n((?:  (?!step ).*\n)+)else\n"
+            rf'  step "[^"]+" {target}\nfi$',
+            ci,
+            re.MULTILINE,
+        )
+        assert branch and test_file in branch.group(1), lane
+        assert f'"{guard}"' in (ROOT / "tests" / test_file).read_text(), lane
     assert f"export {REQUIRE}=1" in ci
 
 
@@ -200,7 +210,8 @@ def test_loadgroup_sends_a_file_to_one_worker_whole():
 
 def test_only_files_without_a_shared_fixture_are_spread_across_workers():
     """--dist loadgroup with one group per file (tests/conftest.py) keeps each file's module
-    fixture to one worker; a file that opts out must have no such fixture to make twice."""
+    fixture to one worker; in a file that opts out, the tests of a shared fixture share one
+    group of their own (test_more_parsers: the release guard), so it is not made twice."""
     assert re.search(r"^test-lanes:.*\n\t\$\(PYTEST\) --dist loadgroup ", MAKEFILE, re.M)
     spread = [
         path
@@ -209,4 +220,24 @@ def test_only_files_without_a_shared_fixture_are_spread_across_workers():
     ]
     assert spread, "test_more_parsers spreads its subprocess tests"
     for path in spread:
-        assert not re.search(r'scope="(module|session)"', path.read_text()), path.name
+        shared = re.findall(
+            r'^@pytest\.fixture\(scope="(?:module|session)"\)\ndef (\w+)', path.read_text(), re.M
+        )
+        module = importlib.import_module(path.stem)
+        for fixture in shared:
+            readers = [
+                test
+                for name, test in vars(module).items()
+                if name.startswith("test_") and fixture in inspect.signature(test).parameters
+            ]
+            groups = {
+                mark.args
+                for test in readers
+                for mark in getattr(test, "pytestmark", [])
+                if mark.name == "xdist_group"
+            }
+            assert readers and len(groups) == 1, (path.name, fixture, groups)
+            assert all(
+                any(m.name == "xdist_group" for m in getattr(test, "pytestmark", []))
+                for test in readers
+            ), (path.name, fixture)

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from lanes import missing
+from lanes import missing, run_once
 
 from k2conform.adapter.registry import create_adapter, load
 
@@ -586,38 +586,127 @@ def _parse(environment: str, adapter: str, request: dict, *options: str) -> dict
     return json.loads(done.stdout)
 
 
-_THINK_THEN_CALL = {
-    "model_output": "<think>plan</think><|tool_calls_section_begin|><|tool_call_begin|>"
-    "functions.f:0<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_calls_section_end|>",
-    "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}],
-    "thinking": True,
-}
+def reads_the_guard(test):
+    """A test that reads the release lanes' guard: with the others on one worker (the guard is
+    run once), and a time limit that holds the run (6-9 minutes of both cores' imports on a
+    loaded machine) with the test."""
+    return pytest.mark.xdist_group("release-guard")(pytest.mark.timeout(2700)(test))
+
+
+@pytest.fixture(scope="session")
+def release_guard(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The release lanes' guard (``make release-lanes-guard``), run once: every release
+    environment on the guard's cases, each line merged and gated by its baseline.  The tests of
+    the releases' glue read its cells, so each release is imported once for both (.ci/run runs
+    no other guard)."""
+    for label in RELEASE_ENVIRONMENTS:
+        _venv(_venv_of(label))
+    command = [
+        "make",
+        "--no-print-directory",
+        "-C",
+        str(ROOT),
+        "release-lanes-guard",
+        f"VENV={sys.prefix}",
+        "RELEASE_REPORT={root}/run",
+    ]
+    root, info = run_once(tmp_path_factory, "release-guard", command, timeout=2400)
+    return {"info": info, "report": root / "run"}
+
+
+def _venv_of(label: str) -> str:
+    """The environment a release run's label names (``vllm-k3-0.30.0[k3]`` → vllm-0.30.0)."""
+    adapter, release = RELEASE_ENVIRONMENTS[label]
+    return f"{adapter.split('-')[0]}-{release}"
+
+
+def _guard_run(guard: dict, label: str) -> dict:
+    name = label.split("[")[0]
+    path = guard["report"] / f"releases-{name.split('-')[0]}" / "runs" / f"{name}.json"
+    assert path.exists(), f"the guard wrote no run of {name}:\n{guard['info']['stderr']}"
+    return json.loads(path.read_text())
+
+
+def _guard_cell(guard: dict, label: str, case: str, mode: str) -> dict:
+    cells = {(c["case"], c["delivery"]): c for c in _guard_run(guard, label)["cells"]}
+    return cells[case, mode]
+
+
+@pytest.mark.parametrize("line", ["vllm", "sglang"])
+@reads_the_guard
+def test_the_release_guard_runs_every_environment_and_passes_its_baselines(release_guard, line):
+    """The release lanes' guard (.ci/run runs no other): every release environment of the line
+    ran its planned cells as its own release (no adapter-error: the ``--release`` hello held),
+    and the line's findings are its baseline's reviewed deviations, none stale (make's exit
+    status and the merged gate)."""
+    from k2conform.gate.baseline import gate, load_baseline
+    from k2conform.model import RunResults
+
+    assert release_guard["info"]["rc"] == 0, release_guard["info"]
+    labels = [label for label in RELEASE_ENVIRONMENTS if label.split("-")[0] == line]
+    for label in labels:
+        run = _guard_run(release_guard, label)
+        (row,) = run["adapters"]
+        assert (row["status"], row["version"]) == ("ok", RELEASE_ENVIRONMENTS[label][1]), row
+        assert run["inventory"]["run"] == run["inventory"]["planned"] == len(run["cells"]) > 0
+        assert not [c for c in run["cells"] if c["outcome"] == "adapter-error"], label
+    merged = json.loads((release_guard["report"] / f"releases-{line}" / "results.json").read_text())
+    assert {a["name"] for a in merged["adapters"]} == {label.split("[")[0] for label in labels}
+    results, passed = gate(
+        RunResults.from_json(merged), load_baseline(ROOT / f"baseline-releases-{line}.json")
+    )
+    verdict = results.extra["gate"]
+    assert verdict["new_cells"] == [] and verdict["stale"] == [] and verdict["missing"] == [], (
+        verdict
+    )
+    assert passed
+
+
+#: The guard's cases the glue tests read: reasoning then a call, ``tool_choice`` auto (a think
+#: closer without its opener: the output K2 writes after a thinking prompt) and ``required``.
+THINK, REQUIRED = "y_split_marker_think_end", "y_grammar_required_thinking"
 
 
 @pytest.mark.parametrize(
-    ("environment", "overrides", "expected"),
+    ("environment", "case", "expected"),
     [
         # no kimi_k2 reasoning parser before 0.5.5; ids call_<uuid> in 0.5.1 only
-        ("sglang-0.5.1", {}, {"content": "<think>plan</think>", "id": "call_<random>"}),
-        ("sglang-0.5.2", {}, {"content": "<think>plan</think>", "id": "functions.f:0"}),
+        ("sglang-0.5.1", THINK, {"content": "Need the file.</think>", "id": "call_<random>"}),
+        (
+            "sglang-0.5.2",
+            THINK,
+            {"content": "Need the file.</think>", "id": "functions.read_file:0"},
+        ),
         # a message without text: content null before 0.5.13, "" from it
-        ("sglang-0.5.12", {}, {"content": None, "reasoning": "plan"}),
-        ("sglang-0.5.13", {}, {"content": "", "reasoning": "plan"}),
+        ("sglang-0.5.12", THINK, {"content": None, "reasoning": "Need the file."}),
+        ("sglang-0.5.13", THINK, {"content": "", "reasoning": "Need the file."}),
         # 0.5.3-0.5.10 parse a required tool_choice as a JSON array; 0.5.2 with the detector
-        ("sglang-0.5.10", {"tool_choice": "required"}, {"outcome": "unavailable"}),
-        ("sglang-0.5.2", {"tool_choice": "required"}, {"outcome": "ok", "id": "functions.f:0"}),
+        ("sglang-0.5.10", REQUIRED, {"outcome": "unavailable"}),
+        ("sglang-0.5.2", REQUIRED, {"outcome": "ok", "id": "functions.get_weather:0"}),
         # vLLM: the parser's own id until 0.11.0; from 0.11.1 the server's ToolCall mints one
         # vLLM: no kimi_k2 reasoning parser before 0.11.1 (then DeepSeek-R1's)
-        ("vllm-0.11.0", {}, {"content": "<think>plan</think>", "id": "functions.f:0"}),
-        ("vllm-0.11.1", {}, {"content": None, "reasoning": "plan", "id": "chatcmpl-tool-<random>"}),
-        ("vllm-0.12.0", {}, {"content": None, "reasoning": "plan"}),
+        (
+            "vllm-0.11.0",
+            THINK,
+            {"content": "Need the file.</think>", "id": "functions.read_file:0"},
+        ),
+        (
+            "vllm-0.11.1",
+            THINK,
+            {"content": None, "reasoning": "Need the file.", "id": "chatcmpl-tool-<random>"},
+        ),
+        ("vllm-0.12.0", THINK, {"content": None, "reasoning": "Need the file."}),
         # vLLM: from 0.16.0 a one-shot call keeps the parser's id
-        ("vllm-0.15.0", {}, {"id": "chatcmpl-tool-<random>"}),
-        ("vllm-0.16.0", {}, {"id": "functions.f:0"}),
+        ("vllm-0.15.0", THINK, {"id": "chatcmpl-tool-<random>"}),
+        ("vllm-0.16.0", THINK, {"id": "functions.read_file:0"}),
         # vLLM: before 0.24.0's structural tag a required tool_choice is constrained to JSON
-        ("vllm-0.23.0", {"tool_choice": "required"}, {"outcome": "unavailable"}),
-        ("vllm-0.24.0", {"tool_choice": "required"}, {"outcome": "ok"}),
-        ("vllm-0.20.0", {}, {"content": None, "reasoning": "plan", "id": "functions.f:0"}),
+        ("vllm-0.23.0", REQUIRED, {"outcome": "unavailable"}),
+        ("vllm-0.24.0", REQUIRED, {"outcome": "ok"}),
+        (
+            "vllm-0.20.0",
+            THINK,
+            {"content": None, "reasoning": "Need the file.", "id": "functions.read_file:0"},
+        ),
     ],
     ids=[
         "0.5.1",
@@ -636,18 +725,31 @@ _THINK_THEN_CALL = {
         "vllm-0.20.0",
     ],
 )
-def test_glue_generations_differ_where_their_serving_code_does(environment, overrides, expected):
-    """One request through neighbouring glue generations: each difference is the release's
-    serving code (docs/releases.md), and a wrong generation in GLUE / SERVING breaks one."""
-    adapter = RELEASE_ENVIRONMENTS[environment][0]
-    result = _parse(environment, adapter, {**_THINK_THEN_CALL, **overrides})
+@reads_the_guard
+def test_glue_generations_differ_where_their_serving_code_does(
+    release_guard, environment, case, expected
+):
+    """One request through neighbouring glue generations, as the guard ran it one-shot: each
+    difference is the release's serving code (docs/releases.md), and a wrong generation in
+    GLUE / SERVING breaks one."""
+    cell = _guard_cell(release_guard, environment, case, "whole")
+    result = cell["observed"] or {}
+    calls = result.get("tool_calls") or []
     observed = {
-        "outcome": result["outcome"],
-        "content": result["content"],
-        "reasoning": result["reasoning"],
-        "id": result["tool_calls"][0]["id"] if result["tool_calls"] else None,
+        "outcome": cell["outcome"] if cell["outcome"] in ("unavailable", "crash") else "ok",
+        "content": result.get("content"),
+        "reasoning": result.get("reasoning"),
+        "id": calls[0]["id"] if calls else None,
     }
-    assert {key: observed[key] for key in expected} == expected, result
+    assert {key: observed[key] for key in expected} == expected, cell
+
+
+_THINK_THEN_CALL = {
+    "model_output": "<think>plan</think><|tool_calls_section_begin|><|tool_call_begin|>"
+    "functions.f:0<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_calls_section_end|>",
+    "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}],
+    "thinking": True,
+}
 
 
 @pytest.mark.parametrize(
@@ -664,21 +766,18 @@ def test_the_output_that_ends_the_reasoning_goes_on_to_the_tool_parser_from_0_13
     assert (result["outcome"], result["reasoning"]) == ("ok", reasoning), result
 
 
-_ONE_CALL = {
-    "model_output": "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
-    '<|tool_call_argument_begin|>{"city": "Beijing"}<|tool_call_end|><|tool_calls_section_end|>',
-    "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {}}}],
-}
-
-
 @pytest.mark.parametrize(("environment", "quoted"), [("vllm-0.16.0", True), ("vllm-0.17.0", False)])
-def test_from_0_17_the_end_of_stream_step_takes_an_arguments_string_as_it_is(environment, quoted):
+@reads_the_guard
+def test_from_0_17_the_end_of_stream_step_takes_an_arguments_string_as_it_is(
+    release_guard, environment, quoted
+):
     """4-token bursts leave the last delta carrying arguments, so the server's end-of-stream step
     sends what it expected beyond what was streamed: 0.16.0 expects ``json.dumps`` of the string
-    the parser stored (a quoted copy is appended), 0.17.0 the string itself."""
-    result = _parse(environment, "vllm-legacy", _ONE_CALL, "--delivery", "stream-burst")
-    (call,) = result["tool_calls"]
-    assert ('{\\"city' in call["arguments"]) is quoted, result
+    the parser stored (a quoted copy is appended), 0.17.0 the string itself (the guard's
+    stream-burst cell of the spec's single call)."""
+    cell = _guard_cell(release_guard, environment, "y_spec_single_call", "stream-burst")
+    (call,) = cell["observed"]["tool_calls"]
+    assert ('{\\"city' in call["arguments"]) is quoted, cell
 
 
 @pytest.mark.parametrize("line", ["vllm", "sglang"])

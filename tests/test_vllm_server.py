@@ -12,7 +12,6 @@ second one.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import re
@@ -22,7 +21,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from lanes import missing
+from lanes import missing, run_once
 
 from k2conform.delivery import modes
 from k2conform.adapter import AdapterUnavailable
@@ -211,12 +210,6 @@ def test_served_tokenizer_has_the_stand_in_ids(tmp_path):
 # -- one real server for the session -------------------------------------------------------
 
 
-def _shared_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    uid = os.environ.get("PYTEST_XDIST_TESTRUNUID")
-    base = tmp_path_factory.getbasetemp()
-    return (base.parent / f"vllm-server-{uid}") if uid else (base / "vllm-server-run")
-
-
 @pytest.fixture(scope="session")
 def server_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """The server lane's guard (``make server-lane-guard``), run once: each real server started
@@ -224,37 +217,20 @@ def server_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
     ``baseline-servers.json``, then the engine plugin against it (tests/server_plugin_runs.py);
     the tests read what the servers did in it."""
     _needs_venv()
-    root = _shared_dir(tmp_path_factory)
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / "lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        done = root / "done.json"
-        if not done.exists():
-            command = [
-                "make",
-                "--no-print-directory",
-                "-C",
-                str(ROOT),
-                "server-lane-guard",
-                f"VENV={sys.prefix}",
-                f"SERVER_REPORT={root / 'run'}",
-                # the engine plugin against each server, in its session (no server of its own)
-                f"SERVER_THEN={sys.executable} {ROOT / 'tests' / 'server_plugin_runs.py'} {root}",
-            ]
-            env = {
-                k: v for k, v in os.environ.items() if k not in (vllm_server.URL_ENV, "MAKEFLAGS")
-            }
-            proc = subprocess.run(command, capture_output=True, text=True, timeout=2400, env=env)
-            done.write_text(
-                json.dumps(
-                    {
-                        "rc": proc.returncode,
-                        "stdout": proc.stdout[-5000:],
-                        "stderr": proc.stderr[-5000:],
-                    }
-                )
-            )
-    info = json.loads((root / "done.json").read_text())
+    command = [
+        "make",
+        "--no-print-directory",
+        "-C",
+        str(ROOT),
+        "server-lane-guard",
+        f"VENV={sys.prefix}",
+        "SERVER_REPORT={root}/run",
+        # the engine plugin against each server, in its session (no server of its own)
+        f"SERVER_THEN={sys.executable} {ROOT / 'tests' / 'server_plugin_runs.py'} {{root}}",
+    ]
+    root, info = run_once(
+        tmp_path_factory, "vllm-server", command, timeout=2400, unset=(vllm_server.URL_ENV,)
+    )
     results_path = root / "run" / "results.json"
     assert results_path.exists(), f"the guard wrote no results:\n{info['stderr']}"
     results = json.loads(results_path.read_text())
