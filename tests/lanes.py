@@ -13,6 +13,7 @@ import fcntl
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 from typing import NoReturn
 
@@ -27,6 +28,7 @@ LANES = {
     "slow": "nothing more, but 10 s or more a test: whole-corpus runs, venv builds, timeouts",
 }
 REQUIRE = "K2CONFORM_REQUIRE_ENVIRONMENTS"
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def missing(reason: str) -> NoReturn:
@@ -34,6 +36,21 @@ def missing(reason: str) -> NoReturn:
     if os.environ.get(REQUIRE) == "1":
         pytest.fail(f"{reason} ({REQUIRE}=1: a missing environment fails the lane)")
     pytest.skip(reason)
+
+
+def make_command(target: str, **variables: str) -> list[str]:
+    """``make TARGET`` in the repository with this venv's k2conform (``VENV``) and
+    ``VARIABLES``: how a test runs a lane as CI would (:func:`run_once`)."""
+    settings = [f"{name}={value}" for name, value in variables.items()]
+    return [
+        "make",
+        "--no-print-directory",
+        "-C",
+        str(ROOT),
+        target,
+        f"VENV={sys.prefix}",
+        *settings,
+    ]
 
 
 def run_once(

@@ -17,7 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from lanes import missing
+from lanes import make_command, missing, run_once
 
 from k2conform import markers
 from k2conform.case.corpus import load_case
@@ -404,28 +404,17 @@ def _tokenizer():
 
 
 @pytest.mark.grammar
-def test_the_grammar_lane_passes_its_baseline_and_joins_the_matrix_as_a_column(tmp_path):
+def test_the_grammar_lane_passes_its_baseline_and_joins_the_matrix_as_a_column(
+    tmp_path, tmp_path_factory
+):
     """The grammar lane as ``make matrix-grammar`` runs it (.ci/run runs no other): the whole
     corpus's constrained cases and 20 walks per grammar, both engines pinned, gated by
     baseline-grammar.json (make's exit status 0); then merged beside a run as one more column."""
     _pinned_environments()
-    done = subprocess.run(
-        [
-            "make",
-            "--no-print-directory",
-            "-C",
-            str(ROOT),
-            "grammar-lane",
-            f"VENV={sys.prefix}",
-            f"GRAMMAR_REPORT={tmp_path}",
-        ],
-        capture_output=True,
-        text=True,
-        env={k: v for k, v in os.environ.items() if k != "MAKEFLAGS"}
-        | {"K2CONFORM_VENVS": str(VENVS)},
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    out = tmp_path / "results.json"
+    command = make_command("grammar-lane", GRAMMAR_REPORT="{root}")
+    root, done = run_once(tmp_path_factory, "grammar-lane", command, timeout=900)
+    assert done["rc"] == 0, done["stdout"][-3000:] + done["stderr"][-3000:]
+    out = root / "results.json"
     document = json.loads(out.read_text())
     assert document["modes"] == [modes.GRAMMAR_MODE] and document["gate"]["passed"]
     assert document["gate"]["baselined"] > 0 and document["gate"]["new"] == 0

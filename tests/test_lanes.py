@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import ast
 import importlib.util
-import importlib
 import inspect
 import re
 import shutil
@@ -230,14 +229,13 @@ def test_only_files_without_a_shared_fixture_are_spread_across_workers():
                 for name, test in vars(module).items()
                 if name.startswith("test_") and fixture in inspect.signature(test).parameters
             ]
-            groups = {
-                mark.args
+            # each reader in exactly one xdist group, the same for all of them
+            groups = [
+                [m.args for m in getattr(test, "pytestmark", []) if m.name == "xdist_group"]
                 for test in readers
-                for mark in getattr(test, "pytestmark", [])
-                if mark.name == "xdist_group"
-            }
-            assert readers and len(groups) == 1, (path.name, fixture, groups)
-            assert all(
-                any(m.name == "xdist_group" for m in getattr(test, "pytestmark", []))
-                for test in readers
-            ), (path.name, fixture)
+            ]
+            assert readers and all(len(g) == 1 and g == groups[0] for g in groups), (
+                path.name,
+                fixture,
+                groups,
+            )

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from lanes import missing, run_once
+from lanes import make_command, missing, run_once
 
 from k2conform.adapter.registry import create_adapter, load
 
@@ -601,15 +601,7 @@ def release_guard(tmp_path_factory: pytest.TempPathFactory) -> dict:
     no other guard)."""
     for label in RELEASE_ENVIRONMENTS:
         _venv(_venv_of(label))
-    command = [
-        "make",
-        "--no-print-directory",
-        "-C",
-        str(ROOT),
-        "release-lanes-guard",
-        f"VENV={sys.prefix}",
-        "RELEASE_REPORT={root}/run",
-    ]
+    command = make_command("release-lanes-guard", RELEASE_REPORT="{root}/run")
     root, info = run_once(tmp_path_factory, "release-guard", command, timeout=2400)
     return {"info": info, "report": root / "run"}
 

@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from lanes import missing, run_once
+from lanes import make_command, missing, run_once
 
 from k2conform.delivery import modes
 from k2conform.adapter import AdapterUnavailable
@@ -217,17 +217,12 @@ def server_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
     ``baseline-servers.json``, then the engine plugin against it (tests/server_plugin_runs.py);
     the tests read what the servers did in it."""
     _needs_venv()
-    command = [
-        "make",
-        "--no-print-directory",
-        "-C",
-        str(ROOT),
+    command = make_command(
         "server-lane-guard",
-        f"VENV={sys.prefix}",
-        "SERVER_REPORT={root}/run",
+        SERVER_REPORT="{root}/run",
         # the engine plugin against each server, in its session (no server of its own)
-        f"SERVER_THEN={sys.executable} {ROOT / 'tests' / 'server_plugin_runs.py'} {{root}}",
-    ]
+        SERVER_THEN=f"{sys.executable} {ROOT / 'tests' / 'server_plugin_runs.py'} {{root}}",
+    )
     root, info = run_once(
         tmp_path_factory, "vllm-server", command, timeout=2400, unset=(vllm_server.URL_ENV,)
     )
