@@ -179,9 +179,10 @@ matrix-extra-parsers-guard:
 
 # The release lanes: every older vLLM and SGLang release baseline-releases-{vllm,sglang}.json
 # cover (docs/releases.md), RELEASE_JOBS environments at a time (xargs in the foreground, so
-# Ctrl-C reaches every run), each run on one worker (an
-# environment's imports are about 10 s of one core: one worker imports its release once, two
-# import it twice), merged and gated by their baselines.  RELEASE_CASES narrows every run (run's
+# Ctrl-C reaches every run), each environment one run of its adapters (the lines of one command,
+# joined by a tab: one process serves its K2 and K3 adapters) on one worker (an environment's
+# imports are about 15 s of one core: one worker imports its release once, two import it
+# twice), merged and gated by their baselines.  RELEASE_CASES narrows every run (run's
 # --case options; .ci/run's guard: docs/testing.md), RELEASE_LINES the lines.  Exit 1 on a new
 # finding or a stale entry in either line, 2 when an environment a baseline covers is not built
 # or a run fails (its log is printed).  A full pass of both lines records their inputs in
@@ -199,12 +200,15 @@ matrix-releases: parsers-extra
 release-lanes:
 	worst=0; for line in $(RELEASE_LINES); do \
 		runs=$(RELEASE_REPORT)/releases-$$line/runs; rm -rf $$runs; mkdir -p $$runs; \
-		$(BIN)/k2conform setup-parsers --adapters --baseline baseline-releases-$$line.json > $$runs.list \
+		$(BIN)/k2conform setup-parsers --adapters --baseline baseline-releases-$$line.json > $$runs.adapters \
 			|| exit $$?; \
-		[ -s $$runs.list ] || { echo "no environment of baseline-releases-$$line.json is built" >&2; exit 2; }; \
-		RUNS=$$runs xargs -d '\n' -P $(RELEASE_JOBS) -I{} sh -c 'option=$$1; shift; \
-			name=$${option#--adapter=}; name=$${name%%=*}; name=$${name%%[[]*}; \
-			"$$0" run "$$option" "$$@" --jobs 1 --json "$$RUNS/$$name.json" > "$$RUNS/$$name.log"; \
+		[ -s $$runs.adapters ] || { echo "no environment of baseline-releases-$$line.json is built" >&2; exit 2; }; \
+		awk -F '=cmd:' '{ printf "%s%s", ($$2 == last ? "\t" : (NR > 1 ? "\n" : "")), $$0; last = $$2 } \
+			END { if (NR) print "" }' $$runs.adapters > $$runs.list; \
+		RUNS=$$runs xargs -d '\n' -P $(RELEASE_JOBS) -I{} sh -c 'options=$$1; shift; \
+			name=$${options#--adapter=}; name=$${name%%=*}; name=$${name%%[[]*}; \
+			IFS=$$(printf "\t"); set -f; \
+			"$$0" run $$options "$$@" --jobs 1 --json "$$RUNS/$$name.json" > "$$RUNS/$$name.log"; \
 			echo $$? > "$$RUNS/$$name.status"' $(BIN)/k2conform {} $(RELEASE_CASES) < $$runs.list; \
 		listed=$$(wc -l < $$runs.list); ended=$$(ls $$runs | grep -c '\.status$$'); \
 		[ $$ended -eq $$listed ] || { echo "$$ended of $$listed release runs ended (interrupted?)" >&2; exit 2; }; \

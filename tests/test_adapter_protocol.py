@@ -23,6 +23,8 @@ from k2conform.adapter.harness import execute
 from k2conform.adapter.registry import create_adapter, load
 from k2conform.delivery.tokenizer import load_tokenizer
 from k2conform.adapter.command import CommandAdapter
+from k2conform.delivery.modes import Delivery
+from k2conform.model import Delta
 from k2conform_adapters.reference import ReferenceAdapter
 
 TOYS = Path(__file__).parent / "toys"
@@ -261,7 +263,7 @@ def test_a_lone_surrogate_in_a_result_survives_the_protocol(monkeypatch, capsys)
         "deltas": [{"text": "x", "token_ids": []}],
     }
     monkeypatch.setattr("sys.stdin", io.StringIO(_json.dumps(request) + "\n"))
-    args = type("Args", (), {"name": "surrogate", "release": None})()
+    args = type("Args", (), {"names": ["surrogate"], "release": None})()
     assert serve_adapter.cmd_serve_adapter(args) == 0
     hello_line, answer_line = out.getvalue().decode("ascii").splitlines()
     assert _json.loads(answer_line)["content"] == "a\ud800b"
@@ -470,3 +472,75 @@ def test_a_cmd_adapter_is_planned_the_formats_its_spec_declares_and_held_to_its_
     completed, _ = run(f"k3-remote[k4]={serve_k3}")
     assert completed.returncode == 2
     assert completed.stderr.strip().count("\n") == 0 and "k2, k3" in completed.stderr
+
+
+#: One process serving a K2 and a K3 adapter, as a release environment's command does.
+SERVE_BOTH = f"cmd:{PY} -m k2conform.cli serve-adapter reference reference-k3"
+
+
+def test_one_process_serves_a_k2_and_a_k3_adapter_each_spec_reaching_its_own():
+    """The adapters of one command line share its process (a release's K2 and K3 parsers
+    imported once): each spec reaches the served adapter parsing the formats it declares, each
+    request is routed to it (a K2 case parsed by the K2 reference, a K3 case by the K3 one, as
+    in process), and a process discarded by one is started afresh for both."""
+    cases = {c.id: c for c in load_corpus().completions}
+    k2 = create_adapter(f"both={SERVE_BOTH}")
+    k3 = create_adapter(f"both-k3[k3]={SERVE_BOTH}")
+    try:
+        assert load(k2).status == load(k3).status == "ok", (load(k2), load(k3))
+        assert (k2.remote_name(), k3.remote_name()) == ("reference", "reference-k3")
+        assert k2.starts == 1
+        for adapter, local, case_id in (
+            (k2, "reference", "y_spec_parallel_calls"),
+            (k3, "reference-k3", "y_k3_typed_values"),
+            (k2, "reference", "y_spec_single_call"),
+        ):
+            case = cases[case_id]
+            for delivery in modes.deliveries(case.model_output, "stream-token", load_tokenizer()):
+                got = execute(adapter, case.request, delivery)
+                want = execute(create_adapter(local), case.request, delivery)
+                assert got.outcome == "ok" and _comparable(got) == _comparable(want), case_id
+        assert k2.starts == 1  # both adapters' requests went to the one process
+        k3.close()
+        execute(k2, cases["y_spec_single_call"].request, Delivery("whole", (Delta("hi"),)))
+        assert k2.starts == k3.starts == 2
+    finally:
+        k2.close()
+
+
+def test_a_spec_no_served_adapter_parses_is_an_adapter_error_naming_what_is_served():
+    adapter = create_adapter(f"both-k2k3[k2,k3]={SERVE_BOTH}")
+    try:
+        availability = load(adapter)
+    finally:
+        adapter.close()
+    assert availability.status == "adapter-error"
+    assert "reference (k2), reference-k3 (k3); none parses k2,k3" in availability.reason
+
+
+def test_a_request_to_several_adapters_must_name_one_and_two_must_parse_other_formats():
+    """A request line without ``adapter`` is an adapter-error answer saying what is served;
+    serving two adapters of the same formats is a usage error (no spec could reach one)."""
+    from k2conform.adapter.protocol import request_line
+    from k2conform.model import Request
+
+    line = json.dumps(request_line("whole", Request(), (Delta("hi"),)))
+    named = json.dumps(request_line("whole", Request(), (Delta("hi"),), "reference-k3"))
+    done = subprocess.run(
+        shlex.split(SERVE_BOTH.removeprefix("cmd:")),
+        input=f"{line}\n{named}\n",
+        capture_output=True,
+        text=True,
+    )
+    hello, unnamed, answered = map(json.loads, done.stdout.splitlines())
+    assert [h["name"] for h in hello["adapters"]] == ["reference", "reference-k3"]
+    assert unnamed["outcome"] == "adapter-error"
+    assert "names none; this process serves reference, reference-k3" in unnamed["error"]
+    assert answered["outcome"] == "ok" and answered["content"] == "hi"
+    done = subprocess.run(
+        [sys.executable, "-m", "k2conform.cli", "serve-adapter", "reference", "vllm"],
+        input="", capture_output=True, text=True,
+    )  # fmt: skip
+    assert done.returncode == 2 and done.stdout == "", done
+    (said,) = done.stderr.strip().splitlines()
+    assert "must differ in the formats they parse" in said and "reference (k2), vllm (k2)" in said

@@ -358,3 +358,19 @@ def test_every_shipped_catalogue_case_is_in_a_format_its_adapter_parses():
     root = Path(__file__).resolve().parent.parent / "corpus" / "findings" / "catalogue"
     for entry in read_catalogue(root):
         assert entry.case.format in create_adapter(entry.adapter).formats, entry.case.id
+
+
+def test_the_bug_report_of_a_command_serving_two_adapters_is_made_by_the_specs_own():
+    """A release environment's command serves its K2 and K3 adapters; the report of a K3
+    finding is made by the K3 adapter there (the one parsing the spec's formats)."""
+    from k2conform.catalogue.build import report_command
+
+    k2conform = ".venvs/vllm-0.30.0/bin/k2conform"
+    both = f"{k2conform} serve-adapter vllm vllm-k3 --release 0.30.0"
+    assert report_command(f"vllm-0.30.0=cmd:{both}") == ([k2conform], "vllm")
+    assert report_command(f"vllm-k3-0.30.0[k3]=cmd:{both}") == ([k2conform], "vllm-k3")
+    assert report_command(f"v=cmd:{k2conform} serve-adapter vllm-legacy --release 0.19.0") == (
+        [k2conform],
+        "vllm-legacy",
+    )
+    assert report_command(f"v[k2,k3]=cmd:{both}") is None  # neither parses both

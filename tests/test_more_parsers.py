@@ -526,7 +526,9 @@ def test_each_release_environment_holds_its_adapter_to_its_release():
             name, _, command = option.removeprefix("--adapter=").partition("=cmd:")
             options[name] = command.split()[1:]
     for environment, (adapter, release) in RELEASE_ENVIRONMENTS.items():
-        assert options[environment] == ["serve-adapter", adapter, "--release", release], environment
+        command = options[environment]  # a release's K2 and K3 adapters: one command
+        assert command[0] == "serve-adapter" and command[-2:] == ["--release", release], command
+        assert adapter in command[1:-2], environment
         assert release in create_adapter(adapter).supported_versions, environment  # has glue
     assert all("--release" not in options[name] for name in PINNED)  # not release layers
     # and the other way round: each release the vLLM and SGLang glue tables name is one a lane
@@ -613,22 +615,25 @@ def _venv_of(label: str) -> str:
 
 
 def _guard_run(guard: dict, label: str) -> dict:
-    name = label.split("[")[0]
+    """The run of the environment serving ``label``'s adapter: one run an environment, its
+    adapters served by one process (its release imported once)."""
+    name = _venv_of(label)
     path = guard["report"] / f"releases-{name.split('-')[0]}" / "runs" / f"{name}.json"
     assert path.exists(), f"the guard wrote no run of {name}:\n{guard['info']['stderr']}"
     return json.loads(path.read_text())
 
 
 def _guard_cell(guard: dict, label: str, case: str, mode: str) -> dict:
-    cells = {(c["case"], c["delivery"]): c for c in _guard_run(guard, label)["cells"]}
-    return cells[case, mode]
+    cells = {(c["adapter"], c["case"], c["delivery"]): c for c in _guard_run(guard, label)["cells"]}
+    return cells[label.split("[")[0], case, mode]
 
 
 @pytest.mark.parametrize("line", ["vllm", "sglang"])
 @reads_the_guard
 def test_the_release_guard_runs_every_environment_and_passes_its_baselines(release_guard, line):
     """The release lanes' guard (.ci/run runs no other): every release environment of the line
-    ran its planned cells as its own release (no adapter-error: the ``--release`` hello held),
+    ran its planned cells as its own release, supported by its glue (no adapter-error: the
+    ``--release`` hello held),
     and the line's findings are its baseline's reviewed deviations, none stale (make's exit
     status and the merged gate)."""
     from k2conform.gate.baseline import gate, load_baseline
@@ -637,11 +642,15 @@ def test_the_release_guard_runs_every_environment_and_passes_its_baselines(relea
     assert release_guard["info"]["rc"] == 0, release_guard["info"]
     labels = [label for label in RELEASE_ENVIRONMENTS if label.split("-")[0] == line]
     for label in labels:
-        run = _guard_run(release_guard, label)
-        (row,) = run["adapters"]
+        run, name = _guard_run(release_guard, label), label.split("[")[0]
+        served = [other.split("[")[0] for other in labels if _venv_of(other) == _venv_of(label)]
+        assert sorted(row["name"] for row in run["adapters"]) == sorted(served), name
+        (row,) = [row for row in run["adapters"] if row["name"] == name]
         assert (row["status"], row["version"]) == ("ok", RELEASE_ENVIRONMENTS[label][1]), row
+        assert row["supported"] and row["version"] in row["supported_versions"], row
         assert run["inventory"]["run"] == run["inventory"]["planned"] == len(run["cells"]) > 0
-        assert not [c for c in run["cells"] if c["outcome"] == "adapter-error"], label
+        cells = [c for c in run["cells"] if c["adapter"] == name]
+        assert cells and not [c for c in cells if c["outcome"] == "adapter-error"], label
     merged = json.loads((release_guard["report"] / f"releases-{line}" / "results.json").read_text())
     assert {a["name"] for a in merged["adapters"]} == {label.split("[")[0] for label in labels}
     results, passed = gate(

@@ -136,6 +136,19 @@ def test_adapter_options_can_be_narrowed_to_the_environments_a_baseline_vouches_
     }
     assert set(listed()) == every
     assert listed(baseline=baseline) == ["vllm-0.30.0", "sglang-k3-0.5.22[k3]"]
+    # an environment's adapters name one command, which serves both: one import of the release
+    args = argparse.Namespace(adapters=True, venv_root=tmp_path, baseline=None, names=[])
+    assert setup_cli.cmd_setup_parsers(args) == 0
+    commands = {}
+    for line in capsys.readouterr().out.splitlines():
+        label, command = line.removeprefix("--adapter=").split("=cmd:")
+        commands.setdefault(command, []).append(label)
+    assert sorted(commands.values()) == [
+        ["sglang-0.5.14"], ["sglang-0.5.22", "sglang-k3-0.5.22[k3]"],
+        ["vllm-0.30.0", "vllm-k3-0.30.0[k3]"],
+    ]  # fmt: skip
+    vllm = next(c for c, labels in commands.items() if "vllm-0.30.0" in labels)
+    assert vllm.split()[1:] == ["serve-adapter", "vllm", "vllm-k3", "--release", "0.30.0"]
 
 
 def test_jobs_build_the_base_first_then_the_rest_at_once(monkeypatch, tmp_path):

@@ -232,7 +232,7 @@ def test_a_server_adapters_wire_violations_are_findings_of_its_cell_by_kind():
     outcome, diffs, _ = judge_result(case, streamed, whole)
     assert [(d.field, d.observed) for d in diffs] == [("wire:usage", "2 usage chunks")]
     line = answer(
-        adapter, json.dumps(request_line("stream", case.request, (Delta(case.model_output),)))
+        [adapter], json.dumps(request_line("stream", case.request, (Delta(case.model_output),)))
     )
     assert line["wire"] == [{"kind": "usage", "detail": "2 usage chunks"}]
     assert all(field in DIFF_FIELDS for field in (f"wire:{k.value}" for k in WireKind))

@@ -58,7 +58,10 @@ Adapters in another process (the adapter protocol, docs/adapter-protocol.md):
   process is restarted and the run goes on.  Reports name it NAME, else the whole
   'cmd:...' value, with the version from the hello.  `k2conform serve-adapter NAME`
   speaks the protocol for any in-process adapter, so it can run in another environment:
-  --adapter 'cmd:/other/venv/bin/k2conform serve-adapter vllm'.
+  --adapter 'cmd:/other/venv/bin/k2conform serve-adapter vllm'.  `serve-adapter NAME NAME...`
+  serves several (each parsing other formats) from one process: its first line is
+  {"protocol": ..., "adapters": [hello, ...]}, each request names its "adapter", and a spec
+  reaches the one parsing the formats it declares (NAME[k3]=cmd:...).
 """
 
 

@@ -40,7 +40,7 @@ def serve(name: str, misbehave: Callable[[], None]) -> None:
     for line in sys.stdin:
         if TRIGGER in line:
             misbehave()
-        print(json.dumps(answer(adapter, line)), flush=True)
+        print(json.dumps(answer([adapter], line)), flush=True)
 
 
 def _starts(log: str) -> int:

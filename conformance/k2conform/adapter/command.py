@@ -11,7 +11,10 @@ object per line, toml-test style:
   ``{"events": [delta message, ...]}`` for ``stream``, or a failure
   ``{"outcome": "crash"|"adapter-error"|"unavailable", "error": "..."}`` for either.
 
-The process is started once and kept.  When it exits, or writes anything that is not a
+The process is started once and kept, and shared by the adapters of a thread that name the
+same command: a command serving several adapters (``serve-adapter vllm vllm-k3``) says hello
+for each, a spec reaches the one parsing the formats it declares, and each request names it.
+When it exits, or writes anything that is not a
 well-formed response, the request becomes a ``crash`` (:class:`ParserCrash`, with the
 exit status and the tail of its stderr), the process is discarded, and the next request
 starts a fresh one.  A process that hangs is the runner's business: its per-cell deadline
@@ -25,8 +28,7 @@ the adapter ``adapter-error`` with one line saying what was waited for, and the 
 The adapter's name in reports is ``NAME`` when given (``vllm-0.11=cmd:...``), otherwise the
 whole ``cmd:...`` spec, so two environments of the same parser get distinct names in one
 matrix; the version column shows the remote release from the hello.  ``k2conform serve-adapter
-NAME`` speaks the
-protocol for any in-process adapter.
+NAME`` speaks the protocol for any in-process adapter.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ import shlex
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 import weakref
 from typing import Any, Mapping, Sequence
@@ -46,11 +49,12 @@ from typing import Any, Mapping, Sequence
 from k2conform.adapter.contract import Adapter, AdapterGlueError, AdapterUnavailable, ParserCrash
 from k2conform.adapter.protocol import (
     ProtocolError,
-    check_hello,
     declared_formats,
+    formats_of,
     is_command_spec,
     events_line,
     raise_failure,
+    read_hellos,
     request_line,
     result_line,
     split_spec,
@@ -206,13 +210,98 @@ def _die_with_parent() -> None:
         pass
 
 
-_LIVE: "weakref.WeakSet[CommandAdapter]" = weakref.WeakSet()
+class _Command:
+    """One command line's process and its hello line, shared by the adapters of one thread
+    that name the same command: a command serving several adapters (``serve-adapter vllm
+    vllm-k3``: one release's K2 and K3 parsers) imports its parser once for all of them.
+    A failed start is final: recorded and raised again without another start, so no one
+    waits for it twice."""
+
+    def __init__(self, argv: Sequence[str], cell_deadline: float) -> None:
+        self.argv = list(argv)
+        self.cell_deadline = cell_deadline
+        self.peer: _Peer | None = None
+        self.hellos: list[dict[str, Any]] | None = None  # as said at the first start
+        self.error: str | None = None
+        self.starts = 0
+
+    def start(self) -> _Peer:
+        """A fresh process that has said hello."""
+        if self.error is not None:
+            raise AdapterGlueError(self.error)
+        peer = None
+        try:
+            peer = _Peer(self.argv)
+            self.starts += 1
+            hellos = self._handshake(peer)
+        except BaseException as error:  # a deadline alarm too: the half-started process goes
+            if peer is not None:
+                peer.close()
+            if isinstance(error, AdapterGlueError):
+                self.error = str(error)
+            raise
+        if self.hellos is None:
+            self.hellos = hellos
+        self.peer = peer
+        return peer
+
+    def _handshake(self, peer: _Peer) -> list[dict[str, Any]]:
+        """The hellos, within :func:`handshake_timeout`; else AdapterGlueError saying what came."""
+        command = f"`{shlex.join(self.argv)}`"
+        timeout = handshake_timeout(self.cell_deadline)
+        try:
+            line = peer.receive_line(timeout)
+        except PeerSilent:
+            rule = (
+                f"max({HANDSHAKE_FLOOR:g} s, "
+                f"{HANDSHAKE_FACTOR} x --timeout {self.cell_deadline:g} s)"
+            )
+            raise AdapterGlueError(
+                f"no hello from {command} within {timeout:g} s (the handshake waits "
+                f"{rule}); a slower start needs a larger --timeout"
+            ) from None
+        except PeerClosed as error:
+            note = error.exit_note or " (it closed its stdout)"
+            raise AdapterGlueError(f"{command} exited before its hello{note}") from None
+        try:
+            hello = json.loads(line.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            hello = line.decode("utf-8", "replace")
+        try:
+            return read_hellos(hello)
+        except ProtocolError as error:
+            raise AdapterGlueError(f"{command}: {error}") from None
+
+    def close(self) -> None:
+        if self.peer is not None:
+            peer, self.peer = self.peer, None
+            peer.close()
+
+
+_COMMANDS = threading.local()
+
+
+def _command(argv: Sequence[str], cell_deadline: float) -> _Command:
+    """This thread's :class:`_Command` for ``argv``, made on first use and kept while an adapter
+    holds it (a new adapter of a command whose adapters are gone starts afresh)."""
+    table = getattr(_COMMANDS, "table", None)
+    if table is None:
+        table = _COMMANDS.table = weakref.WeakValueDictionary()
+    key = (tuple(argv), cell_deadline)
+    command = table.get(key)
+    if command is None:
+        command = table[key] = _Command(argv, cell_deadline)
+        _LIVE.add(command)
+    return command
+
+
+_LIVE: "weakref.WeakSet[_Command]" = weakref.WeakSet()
 
 
 @atexit.register
 def _close_all() -> None:
-    for adapter in list(_LIVE):
-        adapter.close()
+    for command in list(_LIVE):
+        command.close()
 
 
 class CommandAdapter(Adapter):
@@ -236,11 +325,11 @@ class CommandAdapter(Adapter):
         if not self.argv:
             raise UsageError(f"{spec!r}: no command after 'cmd:'")
         self.cell_deadline = DEFAULT_CELL_DEADLINE if cell_deadline is None else cell_deadline
-        self._peer: _Peer | None = None
+        self._command = _command(self.argv, self.cell_deadline)
+        #: The hello of the served adapter this spec reaches (the one, or among several the one
+        #: parsing the spec's formats), once the command has said hello.
         self._hello: dict[str, Any] | None = None
         self._hello_error: str | None = None
-        self.starts = 0
-        _LIVE.add(self)
 
     # --- identity (from the hello) ----------------------------------------------------------
 
@@ -249,6 +338,11 @@ class CommandAdapter(Adapter):
         """``NAME`` of ``NAME=cmd:...``, else the spec itself: known before the process starts,
         so every cell, including one the runner files for a lost worker, carries it."""
         return self._label or self.spec
+
+    @property
+    def starts(self) -> int:
+        """How many times the command was started (for every adapter that shares it)."""
+        return self._command.starts
 
     @property
     def supported_versions(self) -> tuple[str, ...]:  # type: ignore[override]
@@ -298,62 +392,43 @@ class CommandAdapter(Adapter):
     # --- the process ---------------------------------------------------------------------------
 
     def _start(self) -> _Peer:
-        """A fresh process that has said hello.  A failed start is final for this adapter: it is
-        recorded and raised again without another start, so no one waits for it twice."""
+        """The command's process, started when it is not running, and this spec's hello among
+        the command's; a command that cannot be started, or whose hellos have none for this
+        spec, is AdapterGlueError, final for this adapter."""
         if self._hello_error is not None:
             raise AdapterGlueError(self._hello_error)
-        peer = None
         try:
-            peer = _Peer(self.argv)
-            self.starts += 1
-            hello = self._handshake(peer)
-        except BaseException as error:  # a deadline alarm too: the half-started process goes
-            if peer is not None:
-                peer.close()
-            if isinstance(error, AdapterGlueError):
-                self._hello_error = str(error)
+            peer = self._command.peer or self._command.start()
+            if self._hello is None:
+                assert self._command.hellos is not None
+                self._hello = self._choose(self._command.hellos)
+        except AdapterGlueError as error:
+            self._hello_error = str(error)
             raise
-        if self._hello is None:
-            self._hello = hello
-        self._peer = peer
         return peer
 
-    def _handshake(self, peer: _Peer) -> dict[str, Any]:
-        """The hello, within :func:`handshake_timeout`; else AdapterGlueError saying what came."""
-        command = f"`{shlex.join(self.argv)}`"
-        timeout = handshake_timeout(self.cell_deadline)
-        try:
-            line = peer.receive_line(timeout)
-        except PeerSilent:
-            rule = (
-                f"max({HANDSHAKE_FLOOR:g} s, "
-                f"{HANDSHAKE_FACTOR} x --timeout {self.cell_deadline:g} s)"
-            )
-            raise AdapterGlueError(
-                f"no hello from {command} within {timeout:g} s (the handshake waits "
-                f"{rule}); a slower start needs a larger --timeout"
-            ) from None
-        except PeerClosed as error:
-            note = error.exit_note or " (it closed its stdout)"
-            raise AdapterGlueError(f"{command} exited before its hello{note}") from None
-        try:
-            hello = json.loads(line.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            hello = line.decode("utf-8", "replace")
-        try:
-            check_hello(hello)
-        except ProtocolError as error:
-            raise AdapterGlueError(f"{command}: {error}") from None
-        return hello
+    def _choose(self, hellos: list[dict[str, Any]]) -> dict[str, Any]:
+        """The hello of the served adapter this spec reaches: the only one, or among several
+        the one parsing the formats the spec declares."""
+        if len(hellos) == 1:
+            return hellos[0]
+        wanted = tuple(sorted(self.formats))
+        for hello in hellos:
+            if formats_of(hello) == wanted:
+                return hello
+        served = ", ".join(f"{h['name']} ({','.join(formats_of(h))})" for h in hellos)
+        raise AdapterGlueError(
+            f"`{shlex.join(self.argv)}` serves {served}; none parses {','.join(wanted)}, the "
+            f"formats the spec declares: name one's, {self._label or 'NAME'}[FORMATS]=cmd:..."
+        )
 
     def close(self) -> None:
-        if self._peer is not None:
-            peer, self._peer = self._peer, None
-            peer.close()
+        """Stops the command's process (every adapter sharing it starts a fresh one on its next
+        request)."""
+        self._command.close()
 
     def load(self) -> None:
-        if self._peer is None:
-            self._start()
+        self._start()
         assert self._hello is not None
         status = self._hello.get("status", "ok")
         reason = self._hello.get("reason") or ""
@@ -361,8 +436,8 @@ class CommandAdapter(Adapter):
             raise AdapterUnavailable(f"{self._hello['name']} (via {self.argv[0]}): {reason}")
         if status == "adapter-error":
             raise AdapterGlueError(f"{self._hello['name']} (via {self.argv[0]})", reason)
-        parses = tuple(self._hello.get("formats") or Adapter.formats)
-        if sorted(parses) != sorted(self.formats):
+        parses = formats_of(self._hello)
+        if parses != tuple(sorted(self.formats)):
             # The run planned its cells by the spec: another format's cells would be judged
             # by the wrong rule, or missing ones never planned.
             said = ",".join(parses)
@@ -372,9 +447,13 @@ class CommandAdapter(Adapter):
                 f"name the formats in the spec, {self._label or 'NAME'}[{said}]=cmd:...",
             )
 
-    def _exchange(self, message: Mapping[str, Any]) -> Any:
-        """One request, one response; a dead or babbling peer is the parser's crash."""
-        peer = self._peer if self._peer is not None else self._start()
+    def _request(self, mode: str, request: Request, deltas: Sequence[Delta]) -> Any:
+        """One request, one response; a dead or babbling peer is the parser's crash.  A command
+        serving several adapters is told which one the request is for."""
+        peer = self._start()
+        assert self._command.hellos is not None and self._hello is not None
+        several = len(self._command.hellos) > 1
+        message = request_line(mode, request, deltas, self._hello["name"] if several else None)
         try:
             peer.send(message)
             response = peer.receive()
@@ -396,7 +475,7 @@ class CommandAdapter(Adapter):
     # --- the two parse modes ---------------------------------------------------------------
 
     def parse_whole(self, request: Request, output: Delta) -> Result:
-        response = self._exchange(request_line("whole", request, (output,)))
+        response = self._request("whole", request, (output,))
         try:
             return result_line(response)
         except ProtocolError as error:
@@ -406,7 +485,7 @@ class CommandAdapter(Adapter):
     def parse_stream(
         self, request: Request, deltas: Sequence[Delta]
     ) -> list[StreamEvent] | StreamReply:
-        response = self._exchange(request_line("stream", request, deltas))
+        response = self._request("stream", request, deltas)
         try:
             if "events" not in response:
                 raise_failure(response)

@@ -58,12 +58,31 @@ class ProtocolError(Exception):
     """The peer wrote something that is not a well-formed protocol line."""
 
 
-def request_line(mode: str, request: Request, deltas: Sequence[Delta]) -> dict[str, Any]:
-    return {
+def request_line(
+    mode: str, request: Request, deltas: Sequence[Delta], adapter: str | None = None
+) -> dict[str, Any]:
+    """A request line; ``adapter`` names the served adapter it is for, when the process serves
+    several (a command serving one is never sent the field)."""
+    line: dict[str, Any] = {
         "mode": mode,
         "request": request.to_json(),
         "deltas": [{"text": d.text, "token_ids": list(d.token_ids)} for d in deltas],
     }
+    if adapter is not None:
+        line["adapter"] = adapter
+    return line
+
+
+def requested_adapter(data: Any, served: Sequence[str]) -> str:
+    """The served adapter a request line is for: its ``adapter``, which a process serving
+    several requires; ProtocolError names what is wrong."""
+    name = data.get("adapter") if isinstance(data, dict) else None
+    if name is None and len(served) == 1:
+        return served[0]
+    if name not in served:
+        said = "names none" if name is None else f"names {name!r}"
+        raise ProtocolError(f"the request {said}; this process serves {', '.join(served)}")
+    return name
 
 
 def parse_request_line(data: Any) -> tuple[str, Request, tuple[Delta, ...]]:
@@ -96,6 +115,43 @@ def parse_request_line(data: Any) -> tuple[str, Request, tuple[Delta, ...]]:
     if mode == "whole" and len(deltas) != 1:
         raise ProtocolError("a 'whole' request has exactly one delta")
     return mode, request, tuple(deltas)
+
+
+def hello_line(hellos: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The first line of a process serving these adapters: the one hello, or for several
+    ``{"protocol": ..., "adapters": [hello, ...]}``."""
+    if len(hellos) == 1:
+        return dict(hellos[0])
+    return {"protocol": PROTOCOL, "adapters": [dict(hello) for hello in hellos]}
+
+
+def read_hellos(line: Any) -> list[dict[str, Any]]:
+    """The hello of each adapter a process serves, from its first line (:func:`hello_line`);
+    ProtocolError names what is wrong, and two adapters that parse the same formats are
+    wrong (a spec reaches its adapter by the formats it declares)."""
+    if not isinstance(line, dict) or "adapters" not in line:
+        check_hello(line)
+        return [line]
+    hellos = line["adapters"]
+    if line.get("protocol") != PROTOCOL or not isinstance(hellos, list) or not hellos:
+        raise ProtocolError(
+            f'a hello of several adapters is {{"protocol": "{PROTOCOL}", "adapters": '
+            f"[hello, ...]}}, got {str(line)[:120]!r}"
+        )
+    for hello in hellos:
+        check_hello(hello)
+    parses = [formats_of(hello) for hello in hellos]
+    if len(set(parses)) != len(parses):
+        raise ProtocolError(
+            "two of the adapters served parse the same formats: "
+            + ", ".join(f"{h['name']} ({','.join(f)})" for h, f in zip(hellos, parses))
+        )
+    return hellos
+
+
+def formats_of(hello: Mapping[str, Any]) -> tuple[str, ...]:
+    """The formats a hello says its adapter parses, sorted (default: the contract's)."""
+    return tuple(sorted(hello.get("formats") or Adapter.formats))
 
 
 def check_hello(hello: Any) -> None:

@@ -1,4 +1,5 @@
-"""``k2conform serve-adapter NAME``: any in-process adapter, spoken over the adapter protocol.
+"""``k2conform serve-adapter NAME [NAME...]``: in-process adapters, spoken over the adapter
+protocol.
 
 Run it in another environment (another virtual environment, another release of the
 parser) and name it on the matrix's command line::
@@ -7,7 +8,8 @@ parser) and name it on the matrix's command line::
 
 The protocol (docs/adapter-protocol.md): a hello line, then one response line per request
 line, until stdin closes.  Whatever the parser under test prints goes to stderr: the real
-stdout is kept for protocol lines only.
+stdout is kept for protocol lines only.  Several names (a release's K2 and K3 parsers) are
+served by one process, which imports the release once; each request names its adapter.
 """
 
 from __future__ import annotations
@@ -16,27 +18,38 @@ import argparse
 import json
 import os
 import sys
-from typing import Any, TextIO
+from typing import Any, Sequence, TextIO
 
 from k2conform.adapter.contract import Adapter
 from k2conform.delivery.modes import Delivery
 from k2conform.adapter.harness import execute, guarded
 from k2conform.model import Result, StreamReply
 from k2conform.adapter.registry import Availability, create_adapter, load
-from k2conform.adapter.protocol import PROTOCOL, ProtocolError, is_command_spec, parse_request_line
+from k2conform.adapter.protocol import (
+    PROTOCOL,
+    ProtocolError,
+    hello_line,
+    is_command_spec,
+    parse_request_line,
+    requested_adapter,
+)
 
 
 def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "serve-adapter",
-        help="speak the adapter protocol on stdin/stdout for one in-process adapter",
+        help="speak the adapter protocol on stdin/stdout for in-process adapters",
     )
     p.description = (
         "Writes a hello line, then answers one JSON request line from stdin with one JSON response "
         "line on stdout until stdin closes (see 'k2conform --help' and docs/adapter-protocol.md). "
-        "Use it as --adapter 'cmd:/path/to/venv/bin/k2conform serve-adapter NAME'."
+        "Use it as --adapter 'cmd:/path/to/venv/bin/k2conform serve-adapter NAME'.  Several "
+        "names are served by one process (the parser imported once), each parsing other "
+        "formats: a spec reaches the one parsing the formats it declares (NAME[k3]=cmd:...)."
     )
-    p.add_argument("name", help="an in-process adapter name (see list-adapters)")
+    p.add_argument(
+        "names", nargs="+", metavar="NAME", help="an in-process adapter name (see list-adapters)"
+    )
     p.add_argument(
         "--release",
         metavar="VERSION",
@@ -72,10 +85,14 @@ def hello(adapter: Adapter, status: str, reason: str) -> dict[str, Any]:
     }
 
 
-def answer(adapter: Adapter, line: str) -> dict[str, Any]:
-    """The response line for one request line (never raises for the parser's sake)."""
+def answer(adapters: Sequence[Adapter], line: str) -> dict[str, Any]:
+    """The response line for one request line, by the adapter it names among those served
+    (never raises for the parser's sake)."""
     try:
-        mode, request, deltas = parse_request_line(json.loads(line))
+        data = json.loads(line)
+        served = {adapter.name: adapter for adapter in adapters}
+        adapter = served[requested_adapter(data, list(served))]
+        mode, request, deltas = parse_request_line(data)
     except (json.JSONDecodeError, ProtocolError) as error:
         return Result.failed("adapter-error", f"bad request line: {error}").to_json()
     if mode == "whole":
@@ -106,22 +123,36 @@ def _same_release(adapter: Adapter, release: str) -> bool:
 def cmd_serve_adapter(args: argparse.Namespace) -> int:
     from k2conform.errors import UsageError
 
-    if is_command_spec(args.name):
-        raise UsageError("serve-adapter serves an in-process adapter, not a cmd: one")
-    adapter = create_adapter(args.name)
-    out = _protocol_stream()
-    availability = load(adapter)
-    if availability.status == "ok" and args.release and not _same_release(adapter, args.release):
-        availability = Availability(
-            "adapter-error",
-            f"this environment is built for {adapter.name} {args.release}, but the adapter "
-            f"imports {adapter.version()}",
+    for name in args.names:
+        if is_command_spec(name):
+            raise UsageError("serve-adapter serves in-process adapters, not a cmd: one")
+    adapters = [create_adapter(name) for name in args.names]
+    parses = [tuple(sorted(adapter.formats)) for adapter in adapters]
+    if len(set(parses)) < len(parses):
+        raise UsageError(
+            "the adapters one process serves must differ in the formats they parse (a spec "
+            "reaches its adapter by them): "
+            + ", ".join(f"{a.name} ({','.join(f)})" for a, f in zip(adapters, parses))
         )
-    out.write(json.dumps(hello(adapter, availability.status, availability.reason)) + "\n")
+    out = _protocol_stream()
+    hellos = [hello(adapter, *_availability(adapter, args.release)) for adapter in adapters]
+    out.write(json.dumps(hello_line(hellos)) + "\n")
     for line in sys.stdin:
         if not line.strip():
             continue
         out.write(
-            json.dumps(answer(adapter, line)) + "\n"
+            json.dumps(answer(adapters, line)) + "\n"
         )  # ASCII: a lone surrogate survives the pipe
     return 0
+
+
+def _availability(adapter: Adapter, release: str | None) -> tuple[str, str]:
+    """The adapter loaded: its status and reason for the hello, held to ``release``."""
+    availability = load(adapter)
+    if availability.status == "ok" and release and not _same_release(adapter, release):
+        availability = Availability(
+            "adapter-error",
+            f"this environment is built for {adapter.name} {release}, but the adapter "
+            f"imports {adapter.version()}",
+        )
+    return availability.status, availability.reason

@@ -21,6 +21,7 @@ import argparse
 import contextlib
 import hashlib
 import io
+import itertools
 import json
 import shlex
 import subprocess
@@ -29,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from k2conform.adapter.protocol import is_command_spec, split_spec
+from k2conform.adapter.protocol import declared_formats, is_command_spec, split_spec
 from k2conform.adapter.registry import Availability, adapter_names, create_adapter, load
 from k2conform.case.corpus import CompletionCase, load_case, write_case
 from k2conform.delivery import modes
@@ -302,14 +303,22 @@ def _shows(cell: Cell) -> str:
 
 def report_command(spec: str) -> tuple[list[str], str] | None:
     """(the ``k2conform`` words that run report-finding where the adapter lives, its adapter
-    name there); None for a command that is not ``k2conform serve-adapter NAME``."""
+    name there); None for a command that is not ``k2conform serve-adapter NAME...`` serving
+    the spec's formats."""
     if not is_command_spec(spec):
         return [sys.executable, "-m", "k2conform.cli"], spec
     argv = shlex.split(split_spec(spec)[1])
     at = argv.index("serve-adapter") if "serve-adapter" in argv else -1
-    if at >= 1 and at + 1 < len(argv):  # options after the name (--release) stay with serve
-        return argv[:at], argv[at + 1]
-    return None
+    # the names served, up to the options (--release stays with serve)
+    names = list(itertools.takewhile(lambda word: not word.startswith("-"), argv[at + 1 :]))
+    if at < 1 or not names:
+        return None
+    if len(names) == 1:
+        return argv[:at], names[0]
+    # of several, the one parsing the spec's formats, as the command serves them
+    wanted = sorted(declared_formats(spec))
+    chosen = [name for name in names if sorted(create_adapter(name).formats) == wanted]
+    return (argv[:at], chosen[0]) if chosen else None
 
 
 def write_report(spec: str, path: Path, seed: int, timeout: float, run_script: bool) -> str:

@@ -79,7 +79,9 @@ class Environment:
         environment's name labels its first adapter (its line's); another is labelled
         ``ADAPTER-RELEASE`` (``sglang-k3-0.5.22``: release 0.5.22 of the ``sglang-k3`` line in
         ``history``).  A label names the formats of an adapter that parses other than K2
-        (``LABEL[k3]=cmd:...``), since a run plans its cells before any hello."""
+        (``LABEL[k3]=cmd:...``), since a run plans its cells before any hello; by them a spec
+        reaches its adapter in the one command that serves all of the environment's (a run
+        of them imports the release once)."""
         if self.into_current:
             return []
         from k2conform.adapter.contract import Adapter
@@ -87,13 +89,14 @@ class Environment:
 
         script = self.venv(root) / "bin" / "k2conform"
         release = f" --release {self.release}" if self.release else ""
+        command = f"{script} serve-adapter {' '.join(self.adapters)}{release}"
         options = []
         for n, adapter in enumerate(self.adapters):
             label = self.name if n == 0 else f"{adapter}-{self.release or self.name}"
             formats = create_adapter(adapter).formats
             if formats != Adapter.formats:
                 label += f"[{','.join(formats)}]"
-            options.append(f"--adapter={label}=cmd:{script} serve-adapter {adapter}{release}")
+            options.append(f"--adapter={label}=cmd:{command}")
         return options
 
 
