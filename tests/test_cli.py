@@ -87,11 +87,28 @@ def test_usage_errors_exit_2_with_one_line(args, stdin, message):
 
 
 @pytest.mark.slow
-def test_list_adapters_names_reference_with_its_version():
+def test_list_adapters_names_every_adapter_reference_with_its_version():
+    from k2conform.adapter.registry import adapter_names
+
     rows = json.loads(run("list-adapters", "--json").stdout)
+    assert [r["name"] for r in rows] == adapter_names()
     reference = next(r for r in rows if r["name"] == "reference")
     assert reference["status"] == "ok" and reference["version"]
-    assert "reference" in run("list-adapters").stdout
+
+
+def test_list_adapters_lists_the_adapters_named_and_refuses_an_unknown_one():
+    """Named, only those are loaded and listed (one parser's import, not every one's); an
+    unknown name is one line and exit 2."""
+    listed = run("list-adapters", "reference-k3", "reference")
+    assert listed.returncode == 0, listed.stderr
+    assert [line.split()[:3] for line in listed.stdout.splitlines()] == [
+        ["reference-k3", "0.1.0", "ok"],
+        ["reference", "0.1.0", "ok"],
+    ]
+    unknown = run("list-adapters", "reference", "no-such-parser")
+    assert unknown.returncode == 2 and unknown.stdout == ""
+    assert "unknown adapter 'no-such-parser'" in unknown.stderr
+    assert len(unknown.stderr.strip().splitlines()) == 1, unknown.stderr
 
 
 def test_a_reader_that_leaves_early_gets_no_traceback():

@@ -100,8 +100,8 @@ def test_the_plugin_is_listed_with_its_version(plugin_venv):
     assert rows["example-tiny"]["status"] == "ok"
     assert rows["example-tiny"]["version"] == "0.1.0" and rows["example-tiny"]["supported"] is True
     assert "reference" in rows  # the built-ins are still there
-    text = _k2conform(plugin_venv, "list-adapters").stdout
-    assert "example-tiny" in text
+    text = _k2conform(plugin_venv, "list-adapters", "example-tiny").stdout
+    assert text.split()[:4] == ["example-tiny", "0.1.0", "ok", "supported"], text
 
 
 @pytest.mark.slow
