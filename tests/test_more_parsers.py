@@ -563,13 +563,11 @@ def _hello(environment: str, adapter: str, *options: str) -> dict:
 
 
 @pytest.mark.parametrize("environment", ["vllm-0.10.0", "vllm-0.32.0", "sglang-0.5.22"])
-def test_a_release_environment_serves_its_release_and_refuses_to_stand_for_another(environment):
-    """One environment of each glue generation, end to end: its own release, supported (no
-    cell is adapter-error), and an adapter-error naming both releases when held to another."""
+def test_a_release_environment_refuses_to_stand_for_another_release(environment):
+    """One environment of each glue generation, held to another release: an adapter-error
+    naming both.  (Held to its own, every environment says hello ok, supported, at its release:
+    the guard's rows, checked by the guard's test.)"""
     adapter, release = RELEASE_ENVIRONMENTS[environment]
-    hello = _hello(environment, adapter, "--release", release)
-    assert (hello["status"], hello["version"]) == ("ok", release), hello
-    assert release in hello["supported_versions"], hello
     wrong = _hello(environment, adapter, "--release", "0.0.1")
     assert wrong["status"] == "adapter-error", wrong
     assert "0.0.1" in wrong["reason"] and release in wrong["reason"], wrong

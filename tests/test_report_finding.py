@@ -1,10 +1,11 @@
 """``k2conform report-finding``: Markdown reports for findings of the shipped baseline, each
 with a standalone reproduction script that reproduces the finding on its own (run here once
-by the command with k2conform unimportable, and once more by the test as a plain script)."""
+by the command with k2conform unimportable, its own verdict shown in the report)."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -117,9 +118,7 @@ def test_at_least_three_findings_are_picked(findings):
 
 
 @pytest.mark.parametrize(("adapter", "index"), FINDINGS, ids=[f"{a}-{i}" for a, i in FINDINGS])
-def test_the_report_and_its_script_reproduce_a_baselined_finding(
-    tmp_path, findings, report, adapter, index
-):
+def test_the_report_and_its_script_reproduce_a_baselined_finding(findings, report, adapter, index):
     if adapter not in findings:
         pytest.skip(f"{adapter} is not installed here")
     case, mode = findings[adapter][index]
@@ -146,12 +145,12 @@ def test_the_report_and_its_script_reproduce_a_baselined_finding(
     assert (
         f"```python\n{text.rstrip()}\n```" in report
     )  # the report shows exactly the script that ran
-    # On its own, as a maintainer runs it: exit 1 = the bug reproduces.
-    alone = subprocess.run(
-        [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=600
-    )
-    assert alone.returncode == 1, alone.stdout[-2000:] + alone.stderr[-2000:]
-    assert "REPRODUCED" in alone.stdout
+    # The command ran it on its own, as a maintainer does (as __main__, k2conform not even
+    # importable): the script's own verdict, exit 1 and its REPRODUCED line, is in the report.
+    # (tests/test_repro_scripts.py runs each driver's scripts as `python repro.py`.)
+    assert "(k2conform not importable): exit status 1; **reproduced**" in report
+    ran = report.split("(k2conform not importable)", 1)[1]
+    assert re.search(r"```text\n(.*\n)*REPRODUCED", ran), ran[:2000]
 
 
 def test_a_streamed_finding_lists_its_deltas(findings, report):
