@@ -107,9 +107,9 @@ SERVER_REPORT ?= report/servers
 # most of their CPU; niced, that spin gives way to the other work on the machine.  A run of 152
 # server cells beside a CPU-bound job (3 in-process runs): 54-58 s and 82-84 s at nice 0, 41-42 s
 # and 59-68 s at nice 19, both faster (7 Dec 2026, 2 cores, two trials each; nice 10: 49 s and
-# 81 s).  On an idle machine it changes nothing.  The server stays in this session (its own
-# process group, not a session of its own): Linux shares the CPU between sessions (autogroups)
-# whatever their tasks' nice values, so only there does nice 19 make its spin give way.
+# 81 s).  On an idle machine it changes nothing.  Linux shares the CPU between sessions
+# (autogroups) whatever their tasks' nice values, so the server's session (its own) is niced
+# too: only then does its spin give way.
 SERVER_NICE ?= nice -n 19
 # The servers start at once (a start is about 50 s, mostly three processes importing vLLM, one
 # core each; an idle server does not spin), then take turns: a server's runs wait until the

@@ -128,19 +128,31 @@ def _free_port() -> int:
 
 
 def _die_with_parent() -> None:
-    """In the child before exec: its own process group (stopped as one) and SIGTERM when the
-    process that started it dies, so even a SIGKILLed k2conform leaves no server behind.  Not
-    a session of its own: Linux schedules each session as one group (autogroup), whose share
-    the tasks' nice values do not touch, so a niced server there took the CPU its spin-wait
-    wastes from the runs beside it (two niced spinners in a session of their own left two
-    counting loops 33 % of their speed alone, in the same session 82 %; 7 Dec 2026)."""
-    os.setpgid(0, 0)
+    """In the child before exec: a session of its own (its process group, stopped as one) and
+    SIGTERM when the process that started it dies, so even a SIGKILLed k2conform leaves no
+    server behind.  Linux shares the CPU between sessions (autogroups) whatever their tasks'
+    nice values, so the session's group gets the server's nice (19 in the lanes): only then
+    does its spin-wait give way to every other process (two niced spinners in a session of
+    their own left two counting loops 33 % of their speed alone, in the caller's session 82 %,
+    but took what a third group, beside them there, gave up; 7 Dec 2026)."""
+    os.setsid()
+    with contextlib.suppress(OSError):  # no autogroups here: the nice values already count
+        with open("/proc/self/autogroup", "w", encoding="ascii") as group:
+            group.write(str(os.getpriority(os.PRIO_PROCESS, 0)))
     try:
         import ctypes
 
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
+
+
+def _autogroup(pid: int) -> str | None:
+    """``/autogroup-N nice K`` of a process, None where Linux has no autogroups."""
+    try:
+        return Path(f"/proc/{pid}/autogroup").read_text(encoding="ascii").strip()
+    except OSError:
+        return None
 
 
 class ServerStartError(RuntimeError):
@@ -297,8 +309,9 @@ class VllmServer:
                 {
                     "pid": self.process.pid,
                     "pgid": os.getpgid(self.process.pid),
-                    # the session (the caller's): where its nice value counts
                     "session": os.getsid(self.process.pid),
+                    # the session's share of the CPU: the server's nice (Linux's autogroup)
+                    "autogroup": _autogroup(self.process.pid),
                     "port": self.port,
                     "url": self.url,
                     "log": str(self.log_path),
@@ -347,7 +360,7 @@ class VllmServer:
             return
         with contextlib.suppress(Exception):
             atexit.unregister(self.stop)
-        pgid = process.pid  # the child called setpgid(0, 0): its pid is its process group id
+        pgid = process.pid  # the child called setsid(): its pid is its process group id
         for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pgid, sig)
