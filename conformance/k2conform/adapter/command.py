@@ -57,6 +57,7 @@ from k2conform.adapter.protocol import (
     read_hellos,
     request_line,
     result_line,
+    served,
     split_spec,
 )
 from k2conform.errors import UsageError
@@ -416,10 +417,10 @@ class CommandAdapter(Adapter):
         for hello in hellos:
             if formats_of(hello) == wanted:
                 return hello
-        served = ", ".join(f"{h['name']} ({','.join(formats_of(h))})" for h in hellos)
         raise AdapterGlueError(
-            f"`{shlex.join(self.argv)}` serves {served}; none parses {','.join(wanted)}, the "
-            f"formats the spec declares: name one's, {self._label or 'NAME'}[FORMATS]=cmd:..."
+            f"`{shlex.join(self.argv)}` serves {served(hellos)}; none parses "
+            f"{','.join(wanted)}, the formats the spec declares: name one's, "
+            f"{self._label or 'NAME'}[FORMATS]=cmd:..."
         )
 
     def close(self) -> None:

@@ -140,18 +140,25 @@ def read_hellos(line: Any) -> list[dict[str, Any]]:
         )
     for hello in hellos:
         check_hello(hello)
-    parses = [formats_of(hello) for hello in hellos]
-    if len(set(parses)) != len(parses):
-        raise ProtocolError(
-            "two of the adapters served parse the same formats: "
-            + ", ".join(f"{h['name']} ({','.join(f)})" for h, f in zip(hellos, parses))
-        )
+    if formats_clash(hellos):
+        raise ProtocolError("two of the adapters served parse the same formats: " + served(hellos))
     return hellos
 
 
 def formats_of(hello: Mapping[str, Any]) -> tuple[str, ...]:
     """The formats a hello says its adapter parses, sorted (default: the contract's)."""
     return tuple(sorted(hello.get("formats") or Adapter.formats))
+
+
+def formats_clash(hellos: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether two of these adapters parse the same formats (no spec could reach either)."""
+    parses = [formats_of(hello) for hello in hellos]
+    return len(set(parses)) < len(parses)
+
+
+def served(hellos: Sequence[Mapping[str, Any]]) -> str:
+    """``vllm (k2), vllm-k3 (k3)``: the adapters of a process, each with its formats."""
+    return ", ".join(f"{hello['name']} ({','.join(formats_of(hello))})" for hello in hellos)
 
 
 def check_hello(hello: Any) -> None:

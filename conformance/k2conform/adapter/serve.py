@@ -28,10 +28,12 @@ from k2conform.adapter.registry import Availability, create_adapter, load
 from k2conform.adapter.protocol import (
     PROTOCOL,
     ProtocolError,
+    formats_clash,
     hello_line,
     is_command_spec,
     parse_request_line,
     requested_adapter,
+    served,
 )
 
 
@@ -90,8 +92,8 @@ def answer(adapters: Sequence[Adapter], line: str) -> dict[str, Any]:
     (never raises for the parser's sake)."""
     try:
         data = json.loads(line)
-        served = {adapter.name: adapter for adapter in adapters}
-        adapter = served[requested_adapter(data, list(served))]
+        by_name = {adapter.name: adapter for adapter in adapters}
+        adapter = by_name[requested_adapter(data, list(by_name))]
         mode, request, deltas = parse_request_line(data)
     except (json.JSONDecodeError, ProtocolError) as error:
         return Result.failed("adapter-error", f"bad request line: {error}").to_json()
@@ -127,12 +129,12 @@ def cmd_serve_adapter(args: argparse.Namespace) -> int:
         if is_command_spec(name):
             raise UsageError("serve-adapter serves in-process adapters, not a cmd: one")
     adapters = [create_adapter(name) for name in args.names]
-    parses = [tuple(sorted(adapter.formats)) for adapter in adapters]
-    if len(set(parses)) < len(parses):
+    # checked before any parser loads, as a client checks the hellos (read_hellos)
+    identities = [{"name": a.name, "formats": list(a.formats)} for a in adapters]
+    if formats_clash(identities):
         raise UsageError(
             "the adapters one process serves must differ in the formats they parse (a spec "
-            "reaches its adapter by them): "
-            + ", ".join(f"{a.name} ({','.join(f)})" for a, f in zip(adapters, parses))
+            "reaches its adapter by them): " + served(identities)
         )
     out = _protocol_stream()
     hellos = [hello(adapter, *_availability(adapter, args.release)) for adapter in adapters]
